@@ -1,0 +1,1 @@
+"""lego_rl: the Python half of lego-rl (receiver, model, engine, trainer)."""
