@@ -1,0 +1,1 @@
+"""Code generator for schemas/records.toml (stdlib only, so it runs before any install)."""

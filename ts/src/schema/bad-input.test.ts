@@ -1,0 +1,112 @@
+/** Bad input gets an error that names the problem; nothing is silently repaired. */
+import { RecordBatch, RecordBatchStreamWriter, Schema } from "apache-arrow";
+import { Packr } from "msgpackr";
+import { describe, expect, it } from "vitest";
+import { decodeBatch } from "./arrow-decode.ts";
+import { encodeBatch } from "./arrow-encode.ts";
+import { decodeControl, encodeControl } from "./control-codec.ts";
+import {
+  ControlMessageError, MissingColumnError, RecordShapeError, SchemaError, SchemaVersionError, TruncatedStreamError,
+} from "./errors.ts";
+import type { Trajectory } from "./generated.ts";
+import { trainableProblems } from "./validate.ts";
+import { arrowCases } from "./vectors.ts";
+
+const moe = arrowCases().find((c) => c.name === "trajectories-moe-u8")!;
+const rows = () => moe.rows() as Trajectory[];
+const packr = new Packr({ useRecords: false });
+
+describe("decodeBatch refuses", () => {
+  it("a stream cut anywhere, naming its length", () => {
+    const bytes = encodeBatch("Trajectory", rows(), moe.routing);
+    for (const cut of [0, 7, bytes.length / 3, bytes.length / 2, bytes.length - 8, bytes.length - 1].map(Math.floor)) {
+      expect(() => decodeBatch(bytes.subarray(0, cut))).toThrow(TruncatedStreamError);
+      expect(() => decodeBatch(bytes.subarray(0, cut))).toThrow(`${cut} bytes`);
+    }
+  });
+
+  it("garbage that ends like a stream, as corrupt", () => {
+    const garbage = new Uint8Array(72);
+    garbage.set([0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0], 64);
+    expect(() => decodeBatch(garbage)).toThrow(TruncatedStreamError);
+  });
+
+  it("an unknown major version, naming both versions", () => {
+    const bytes = encodeBatch("Trajectory", rows(), moe.routing, { version: "2.0.0" });
+    expect(() => decodeBatch(bytes)).toThrow(SchemaVersionError);
+    expect(() => decodeBatch(bytes)).toThrow(/schema version 2\.0\.0.*speaks 1\.0\.0/);
+  });
+
+  it("a missing required column, naming it", () => {
+    const batch = decodeBatch(encodeBatch("Trajectory", rows(), moe.routing)).batch;
+    const keep = batch.schema.fields.filter((f) => f.name !== "status").map((f) => f.name);
+    const selected = batch.select(keep);
+    const schema = new Schema(selected.schema.fields, batch.schema.metadata);
+    const stripped = new RecordBatch(schema, selected.data);
+    const bytes = RecordBatchStreamWriter.writeAll([stripped]).toUint8Array(true);
+    expect(() => decodeBatch(bytes)).toThrow(MissingColumnError);
+    expect(() => decodeBatch(bytes)).toThrow("no column 'status'");
+  });
+
+  it("routing whose length is not tokens x layers x top_k", () => {
+    const bad = rows();
+    const segment = bad[0]!.segments[0]!;
+    segment.routing = segment.routing!.subarray(0, segment.routing!.length - 1);
+    const message = "segment 'seg-main-0': routing has 183 values; expected tokens x layers x top_k = 23 x 4 x 2 = 184";
+    expect(() => encodeBatch("Trajectory", bad, moe.routing)).toThrow(message);
+    const bytes = encodeBatch("Trajectory", bad, moe.routing, { validate: false });
+    expect(() => decodeBatch(bytes)).toThrow(RecordShapeError);
+    expect(() => decodeBatch(bytes)).toThrow(message);
+  });
+
+  it("a trainable token the policy did not sample", () => {
+    const bad = rows();
+    bad[0]!.segments[0]!.loss_mask[0] = 1;
+    const bytes = encodeBatch("Trajectory", bad, moe.routing, { validate: false });
+    expect(() => decodeBatch(bytes)).toThrow("token 0 has loss_mask 1 but was not sampled");
+  });
+
+  it("an unknown status when encoding", () => {
+    const bad = rows();
+    (bad[0] as { status: string }).status = "succeeded";
+    expect(() => encodeBatch("Trajectory", bad, moe.routing)).toThrow(SchemaError);
+    expect(() => encodeBatch("Trajectory", bad, moe.routing)).toThrow(`status="succeeded" is not one of`);
+  });
+});
+
+describe("NaN and infinite logprobs", () => {
+  it("are preserved bit-exactly but reported as untrainable", () => {
+    const original = rows();
+    const [decoded] = decodeBatch(encodeBatch("Trajectory", original, moe.routing), "Trajectory").rows;
+    const logprobs = decoded!.segments[0]!.logprobs;
+    expect([logprobs[10], logprobs[11], logprobs[12]]).toEqual([NaN, Infinity, -Infinity]);
+    expect(Buffer.from(logprobs.buffer, logprobs.byteOffset, logprobs.byteLength)).toEqual(
+      Buffer.from(original[0]!.segments[0]!.logprobs.buffer),
+    );
+    expect(trainableProblems(decoded!)).toEqual(["3 trainable token(s) have a non-finite rollout logprob (NaN or inf)"]);
+  });
+});
+
+describe("decodeControl refuses", () => {
+  it("bytes that are not a msgpack map", () => {
+    expect(() => decodeControl(Uint8Array.of(0xc1))).toThrow(ControlMessageError);
+    expect(() => decodeControl(packr.pack([1, 2]))).toThrow("must be a msgpack map, got array");
+  });
+
+  it("an unknown kind, listing the known ones", () => {
+    expect(() => decodeControl(packr.pack({ kind: "nack" }))).toThrow(`unknown control message kind "nack"; known: batch, ack`);
+  });
+
+  it("a missing or mistyped field", () => {
+    expect(() => decodeControl(packr.pack({ kind: "ack", status: "accepted", reason: null }))).toThrow("ack.batch_id is required");
+    expect(() => decodeControl(packr.pack({ kind: "credit", receiver_id: "r", credits: "16", max_batch_bytes: 1 }))).toThrow(
+      "credit.credits must be a number, got string",
+    );
+  });
+
+  it("integers beyond 2^53 when encoding", () => {
+    expect(() => encodeControl({ kind: "weight_version", version: 2 ** 53 + 2, published_at_ms: 0, checkpoint_path: null })).toThrow(
+      "within +-2^53",
+    );
+  });
+});
