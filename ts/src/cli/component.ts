@@ -4,7 +4,8 @@ import type { Argv, CommandModule } from "yargs";
  * A component's contribution to the `lego` CLI. Each component folder exports
  * one of these from its `cli.ts`; `registry.ts` lists them in one place.
  */
-export type LegoCommand = CommandModule<object, any>;
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- each command types its own arguments
+export type LegoCommand = CommandModule<any, any>;
 
 /** Exit code for "this component is not built yet" (see `pendingCommand`). */
 export const EXIT_NOT_BUILT = 2;

@@ -1,3 +1,4 @@
+import { demoCommand } from "../demo/cli.ts";
 import { pendingCommand, type LegoCommand } from "./component.ts";
 
 /**
@@ -11,6 +12,6 @@ export function legoCommands(): LegoCommand[] {
     pendingCommand("sandbox", "build, check and manage Docker sandboxes", "sandboxes"),
     pendingCommand("transport", "send spools, tap addresses, print data-plane stats", "data plane"),
     pendingCommand("monitor", "serve the Live UI", "observability"),
-    pendingCommand("demo", "run the whole loop on one machine", "end-to-end demo"),
+    demoCommand,
   ];
 }

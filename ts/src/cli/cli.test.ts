@@ -1,0 +1,47 @@
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { describe, expect, it } from "vitest";
+import { EXIT_NOT_BUILT } from "./component.ts";
+
+const LEGO = resolve(import.meta.dirname, "../../bin/lego");
+const lego = (...args: string[]) => spawnSync(LEGO, args, { encoding: "utf8" });
+
+describe("the lego CLI", () => {
+  it("lists every component's subcommand in its help", () => {
+    const result = lego("--help");
+    expect(result.status).toBe(0);
+    for (const command of ["rollout", "proxy", "sandbox", "transport", "monitor", "demo"]) {
+      expect(result.stdout).toContain(`lego ${command}`);
+    }
+  });
+
+  it("refuses a subcommand whose component is not built yet with exit code 2 and says so", () => {
+    const result = lego("monitor", "--port", "8080");
+    expect(result.status).toBe(EXIT_NOT_BUILT);
+    expect(result.stdout).toBe("");
+    expect(result.stderr).toContain("'lego monitor' is not available yet");
+    expect(result.stderr).toContain("Nothing was run.");
+  });
+
+  it("refuses an unknown subcommand with a usage error", () => {
+    const result = lego("trian");
+    expect(result.status).toBe(1);
+    expect(result.stderr).toContain("Unknown argument: trian");
+  });
+
+  it("demo writes rollout batches that the Python side validates", { timeout: 60_000 }, () => {
+    const spool = mkdtempSync(join(tmpdir(), "lego-demo-"));
+    try {
+      const result = lego("demo", "--spool", spool, "--groups", "1", "--group-size", "2");
+      expect(result.status, result.stderr).toBe(0);
+      expect(result.stdout).toContain("is not built yet");
+      expect(result.stdout).toContain("demo-g0-r1 [reference] ok reward=0");
+      expect(result.stdout).toContain("may train: yes");
+      expect(readdirSync(spool)).toEqual(["group-0.arrow"]);
+    } finally {
+      rmSync(spool, { recursive: true, force: true });
+    }
+  });
+});
