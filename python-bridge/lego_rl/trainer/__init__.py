@@ -1,0 +1,19 @@
+"""GSPO trainer: advantages, losses, mismatch metrics (Ray wiring lives in lego_rl.cluster)."""
+
+from .advantages import GroupAdvantages, RolloutOutcome, group_advantages
+from .losses import ClippedSurrogateLoss, GrpoLoss, GspoLoss, GspoTokenLoss, LossInputs, MismatchCorrection
+from .mismatch import mismatch_metrics, routing_disagreement
+
+__all__ = [
+    "ClippedSurrogateLoss",
+    "GroupAdvantages",
+    "GrpoLoss",
+    "GspoLoss",
+    "GspoTokenLoss",
+    "LossInputs",
+    "MismatchCorrection",
+    "RolloutOutcome",
+    "group_advantages",
+    "mismatch_metrics",
+    "routing_disagreement",
+]

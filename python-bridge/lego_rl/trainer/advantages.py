@@ -1,0 +1,87 @@
+"""Group-relative advantages: A_i = (r_i - mean r) / std r within each group of G rollouts.
+
+Simplifications, each counted so the monitor sees them:
+1. `env_error` rollouts (and any without a reward) are excluded before grouping:
+   an environment failure says nothing about the policy, so it must not become
+   a zero reward (DESIGN.md, "Reliable execution").
+2. A group whose remaining rewards are all equal carries no learning signal
+   (every advantage is 0); it is skipped, not trained as zeros.
+3. A group left with a single rollout has no baseline; it is skipped too.
+std is the population standard deviation over the group (GSPO paper, eq. 6).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RolloutOutcome:
+    """What advantage computation needs to know about one trajectory."""
+
+    trajectory_id: str
+    group_id: str
+    status: str
+    reward: float | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GroupAdvantages:
+    """Advantages of the trajectories that train, and counts of what was left out."""
+
+    trajectory_ids: list[str]
+    advantages: npt.NDArray[np.float32]
+    """[N] one advantage per entry of `trajectory_ids`."""
+    groups_trained: int
+    groups_skipped_identical: int
+    groups_skipped_singleton: int
+    excluded: dict[str, int] = field(default_factory=dict)
+    """Trajectories left out before grouping, by reason (env_error, no_reward)."""
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "batch/groups_trained": float(self.groups_trained),
+            "batch/groups_skipped_identical": float(self.groups_skipped_identical),
+            "batch/groups_skipped_singleton": float(self.groups_skipped_singleton),
+            **{f"batch/excluded_{reason}": float(n) for reason, n in self.excluded.items()},
+        }
+
+
+def group_advantages(outcomes: Sequence[RolloutOutcome], *, eps: float = 1e-6) -> GroupAdvantages:
+    excluded: dict[str, int] = defaultdict(int)
+    groups: dict[str, list[RolloutOutcome]] = defaultdict(list)
+    for outcome in outcomes:
+        if outcome.status == "env_error":
+            excluded["env_error"] += 1
+        elif outcome.reward is None or not np.isfinite(outcome.reward):
+            excluded["no_reward"] += 1
+        else:
+            groups[outcome.group_id].append(outcome)
+    ids: list[str] = []
+    values: list[float] = []
+    trained = identical = singleton = 0
+    for members in groups.values():
+        rewards = np.array([m.reward for m in members], dtype=np.float64)
+        if len(members) < 2:
+            singleton += 1
+            continue
+        std = rewards.std()
+        if std < eps:
+            identical += 1
+            continue
+        trained += 1
+        ids += [m.trajectory_id for m in members]
+        values += list((rewards - rewards.mean()) / (std + eps))
+    return GroupAdvantages(
+        trajectory_ids=ids,
+        advantages=np.array(values, dtype=np.float32),
+        groups_trained=trained,
+        groups_skipped_identical=identical,
+        groups_skipped_singleton=singleton,
+        excluded=dict(excluded),
+    )
