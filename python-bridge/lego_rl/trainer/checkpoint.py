@@ -1,0 +1,143 @@
+"""Trainer checkpoints: safetensors weights, optimizer state and the data-plane position.
+
+Layout under the checkpoint root:
+    step-00000012/model.safetensors       weights (HF names, loadable by the engine)
+    step-00000012/optimizer.safetensors   optimizer tensors as state.<param>.<name>;
+                                          param_groups and scalars as JSON metadata
+    step-00000012/trainer.json            step, policy version, consumed batch ids
+    LATEST                                name of the newest complete checkpoint
+A checkpoint is written into a temporary folder, fsynced and renamed, and only
+then does LATEST move (by atomic rename), so a trainer killed at any point
+resumes from the last complete step. No pickle: optimizer state is stored as
+tensors plus JSON, so loading a checkpoint cannot run code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+LATEST = "LATEST"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, incomplete or does not match the model."""
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainerPosition:
+    """Where training stands: what has been trained and which weights it produced."""
+
+    step: int
+    policy_version: int
+    consumed_batch_ids: list[str] = field(default_factory=list)
+    """Every data-plane batch already trained, so redelivered batches are skipped after a resume."""
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb+") as handle:
+        os.fsync(handle.fileno())
+
+
+def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    state = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for index, values in state["state"].items():
+        for name, value in values.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"state.{index}.{name}"] = value.detach().contiguous().cpu()
+            else:
+                scalars.setdefault(str(index), {})[name] = value
+    metadata = {"param_groups": json.dumps(state["param_groups"]), "scalars": json.dumps(scalars)}
+    return tensors, metadata
+
+
+def _optimizer_state(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> dict[str, Any]:
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        _, index, name = key.split(".", 2)
+        state.setdefault(int(index), {})[name] = value
+    for index, values in json.loads(metadata["scalars"]).items():
+        state.setdefault(int(index), {}).update(values)
+    return {"state": state, "param_groups": json.loads(metadata["param_groups"])}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointStore:
+    """Reads and writes checkpoints under one root folder."""
+
+    root: Path
+
+    def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, position: TrainerPosition) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        name = f"step-{position.step:08d}"
+        final = self.root / name
+        staging = self.root / f".{name}.partial-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(weights, str(staging / "model.safetensors"), metadata={"format": "pt"})
+        opt_tensors, opt_meta = _optimizer_tensors(optimizer)
+        save_file(opt_tensors, str(staging / "optimizer.safetensors"), metadata=opt_meta)
+        (staging / "trainer.json").write_text(json.dumps({
+            "step": position.step,
+            "policy_version": position.policy_version,
+            "consumed_batch_ids": position.consumed_batch_ids,
+        }))
+        for child in staging.iterdir():
+            _fsync_file(child)
+        _fsync_dir(staging)
+        if final.exists():
+            shutil.rmtree(final)
+        staging.rename(final)
+        pointer = self.root / f".{LATEST}.tmp-{os.getpid()}"
+        pointer.write_text(name)
+        _fsync_file(pointer)
+        pointer.rename(self.root / LATEST)
+        _fsync_dir(self.root)
+        return final
+
+    def latest(self) -> Path | None:
+        pointer = self.root / LATEST
+        if not pointer.exists():
+            return None
+        path = self.root / pointer.read_text().strip()
+        if not (path / "trainer.json").exists():
+            raise CheckpointError(f"{pointer} names {path.name}, which is incomplete or missing")
+        return path
+
+    def load(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> TrainerPosition:
+        try:
+            weights = load_file(str(path / "model.safetensors"))
+            missing, unexpected = model.load_state_dict(weights, strict=False)
+        except (OSError, RuntimeError) as error:
+            raise CheckpointError(f"cannot load weights from {path}: {error}") from error
+        if missing or unexpected:
+            raise CheckpointError(f"checkpoint {path} does not match the model: missing {missing}, unexpected {unexpected}")
+        if optimizer is not None:
+            from safetensors import safe_open
+
+            with safe_open(str(path / "optimizer.safetensors"), framework="pt") as handle:
+                metadata = handle.metadata() or {}
+                tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+            optimizer.load_state_dict(_optimizer_state(tensors, metadata))
+        info = json.loads((path / "trainer.json").read_text())
+        return TrainerPosition(
+            step=info["step"], policy_version=info["policy_version"], consumed_batch_ids=list(info["consumed_batch_ids"])
+        )
