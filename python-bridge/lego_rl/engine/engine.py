@@ -1,0 +1,261 @@
+"""Embedded inference engine: continuous batching over per-sequence KV caches.
+
+1. The engine knows only token ids (the proxy owns chat templates and tokenizers).
+2. Every `step()` is one forward pass over a packed batch: the prompts of newly admitted
+   requests (prefill), the last sampled token of each running request (decode), and the
+   final token of each request that just finished (fed once so it, too, gets a routing
+   row). New requests therefore join between decode steps.
+3. Attention runs per sequence over its own cache (no padding) and the dense/expert math
+   is row-wise, so batch neighbours change a request's logits only by GEMM rounding
+   (~1e-7; CPU kernels differ by row count). Each request samples from its own seeded
+   torch.Generator, so a seed reproduces a completion under any load.
+4. Single-threaded: the network layer calls submit/abort/update_weights/step from one
+   loop; `update_weights` between steps bumps the policy version, and tokens sampled
+   afterwards carry the new version (in-flight caches keep the keys already computed).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from lego_rl.model import KVCache, MoeForCausalLM, load_model
+from lego_rl.model.checkpoint import CheckpointError, load_state
+
+from .sampling import choose_token, raw_logprobs
+from .types import (
+    FinishReason,
+    GenerationRequest,
+    GenerationResult,
+    InvalidRequestError,
+    TokenEvent,
+    UnknownRequestError,
+    WeightUpdateError,
+)
+
+# KV positions reserved for the completion up front; long completions grow the cache by doubling.
+_INITIAL_COMPLETION_ROOM = 256
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class EngineConfig:
+    """Scheduling and numeric settings of one engine replica."""
+
+    max_running: int = 64
+    """Requests decoding at once; more wait in a FIFO queue."""
+    max_batch_tokens: int = 8192
+    """Tokens per forward pass; bounds how many prompts one step prefills (one always fits)."""
+    max_context: int | None = None
+    """Prompt + completion limit; None = the model's max_position_embeddings."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Weights and activations; logprobs are always computed in fp32 from the logits."""
+    device: str = "cpu"
+    """Torch device of the model, caches and generators."""
+
+    def __post_init__(self) -> None:
+        if self.max_running < 1 or self.max_batch_tokens < 1:
+            raise ValueError(f"max_running and max_batch_tokens must be >= 1, got {self.max_running}, {self.max_batch_tokens}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+
+
+@dataclass(slots=True)
+class _Sequence:
+    request: GenerationRequest
+    cache: KVCache
+    generator: torch.Generator
+    seed: int
+    budget: int
+    """Completion tokens allowed: max_tokens clamped to the context left."""
+    pending: list[int]
+    """Tokens to feed on the next step: the prompt, then each sampled token."""
+    completion: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    prompt_routing: torch.Tensor | None = None
+    routing_rows: list[torch.Tensor] = field(default_factory=list)
+    finish: FinishReason | None = None
+    """Set when the last token is sampled; the sequence leaves after feeding it once more."""
+
+
+class Engine:
+    """Generates completions for token-id requests; see the module docstring."""
+
+    def __init__(self, model: MoeForCausalLM, config: EngineConfig = EngineConfig(), *, policy_version: int = 0) -> None:
+        self.config = config
+        self.dtype = _DTYPES[config.dtype]
+        self.model = model.to(device=config.device, dtype=self.dtype).eval()
+        self.max_context = config.max_context or model.config.max_position_embeddings
+        self.policy_version = policy_version
+        self._waiting: deque[GenerationRequest] = deque()
+        self._running: dict[str, _Sequence] = {}
+        self._seed_source = random.Random()
+
+    @classmethod
+    def from_model_dir(cls, model_dir: str | Path, config: EngineConfig = EngineConfig(), *, policy_version: int = 0) -> Engine:
+        return cls(load_model(model_dir, dtype=_DTYPES[config.dtype], device=config.device), config, policy_version=policy_version)
+
+    # ---- requests -------------------------------------------------------------------
+
+    def submit(self, request: GenerationRequest) -> None:
+        """Queue a request; raises InvalidRequestError naming the bad field."""
+        request.validate(vocab_size=self.model.config.vocab_size, max_context=self.max_context)
+        rid = request.request_id
+        if rid in self._running or any(r.request_id == rid for r in self._waiting):
+            raise InvalidRequestError(rid, "request_id", "a request with this id is already queued or running")
+        self._waiting.append(request)
+
+    def abort(self, request_id: str) -> GenerationResult:
+        """Stop a request now and return what it produced so far (finish_reason 'abort')."""
+        seq = self._running.pop(request_id, None)
+        if seq is not None:
+            return self._result(seq, "abort")
+        for req in self._waiting:
+            if req.request_id == request_id:
+                self._waiting.remove(req)
+                return self._result(self._start(req), "abort")
+        raise UnknownRequestError(request_id)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._waiting or self._running)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    # ---- weights --------------------------------------------------------------------
+
+    def update_weights(self, tensors: Mapping[str, torch.Tensor], version: int) -> None:
+        """Load a full HF-named state dict (either expert layout) and move to `version`."""
+        if version <= self.policy_version:
+            raise WeightUpdateError(f"policy version must increase: have {self.policy_version}, got {version}")
+        try:
+            load_state(self.model, dict(tensors), source=Path(f"<weights v{version}>"))
+        except CheckpointError as err:
+            raise WeightUpdateError(str(err)) from err
+        self.policy_version = version
+
+    # ---- scheduling -----------------------------------------------------------------
+
+    def _start(self, req: GenerationRequest) -> _Sequence:
+        seed = req.sampling.seed if req.sampling.seed is not None else self._seed_source.randrange(2**63)
+        prompt_len = len(req.prompt_token_ids)
+        budget = min(req.sampling.max_tokens, self.max_context - prompt_len)
+        return _Sequence(
+            request=req,
+            # Room for the prompt and a first stretch of completion; the cache doubles as needed.
+            cache=KVCache(self.model.config, prompt_len + min(budget, _INITIAL_COMPLETION_ROOM), dtype=self.dtype, device=self.config.device),
+            generator=torch.Generator(device=self.config.device).manual_seed(seed),
+            seed=seed,
+            budget=budget,
+            pending=list(req.prompt_token_ids),
+        )
+
+    def _admit(self) -> None:
+        tokens = sum(len(s.pending) for s in self._running.values())
+        while self._waiting and len(self._running) < self.config.max_running:
+            prompt_len = len(self._waiting[0].prompt_token_ids)
+            if self._running and tokens + prompt_len > self.config.max_batch_tokens:
+                break
+            seq = self._start(self._waiting.popleft())
+            self._running[seq.request.request_id] = seq
+            tokens += prompt_len
+
+    @torch.inference_mode()
+    def step(self) -> list[TokenEvent | GenerationResult]:
+        """Admit what fits, run one forward pass, sample; returns this step's events."""
+        self._admit()
+        seqs = list(self._running.values())
+        if not seqs:
+            return []
+        ids = [t for s in seqs for t in s.pending]
+        lens = [len(s.pending) for s in seqs]
+        ends = torch.tensor(lens).cumsum(0) - 1
+        sampling = [i for i, s in enumerate(seqs) if s.finish is None]
+        out = self.model(
+            torch.tensor(ids, device=self.config.device),
+            seq_lens=lens,
+            caches=[s.cache for s in seqs],
+            return_routing=True,
+            logits_rows=ends[sampling].to(self.config.device),
+        )
+        routing_TLK = out.routing.cpu()
+        events: list[TokenEvent | GenerationResult] = []
+        row_of = {seq_index: row for row, seq_index in enumerate(sampling)}
+        chosen = self._choose(seqs, sampling, out.logits)
+        tokens_R = torch.tensor([chosen[i] for i in sampling], device=out.logits.device, dtype=torch.int64)
+        logprobs_R = raw_logprobs(out.logits, tokens_R).tolist() if sampling else []
+        start = 0
+        for i, (seq, n) in enumerate(zip(seqs, lens)):
+            rows = routing_TLK[start : start + n]
+            start += n
+            if seq.prompt_routing is None:
+                seq.prompt_routing = rows
+            else:
+                seq.routing_rows.append(rows)
+            if seq.finish is not None:
+                del self._running[seq.request.request_id]
+                events.append(self._result(seq, seq.finish))
+                continue
+            events.append(self._record(seq, chosen[i], logprobs_R[row_of[i]]))
+        return events
+
+    @staticmethod
+    def _choose(seqs: list[_Sequence], sampling: list[int], logits_RV: torch.Tensor) -> dict[int, int]:
+        """Next token per sampling sequence index; greedy rows share one argmax (same result, fewer ops)."""
+        greedy = [row for row, i in enumerate(sampling) if seqs[i].request.sampling.temperature == 0]
+        chosen: dict[int, int] = {}
+        if greedy:
+            rows_GV = logits_RV if len(greedy) == len(sampling) else logits_RV[greedy]  # skip a copy when all are greedy
+            tokens = torch.argmax(rows_GV, dim=-1).tolist()
+            chosen.update({sampling[row]: tok for row, tok in zip(greedy, tokens)})
+        for row, i in enumerate(sampling):
+            if i not in chosen:
+                chosen[i] = choose_token(logits_RV[row], seqs[i].request.sampling, seqs[i].generator)
+        return chosen
+
+    def _record(self, seq: _Sequence, token: int, logprob: float) -> TokenEvent:
+        seq.completion.append(token)
+        seq.logprobs.append(logprob)
+        seq.versions.append(self.policy_version)
+        seq.pending = [token]
+        if token in seq.request.sampling.stop_token_ids:
+            seq.finish = "stop"
+        elif len(seq.completion) >= seq.budget:
+            seq.finish = "length"
+        return TokenEvent(seq.request.request_id, token, logprob, self.policy_version)
+
+    def _result(self, seq: _Sequence, reason: FinishReason) -> GenerationResult:
+        layers, k = len(self.model.config.moe_layers), self.model.config.num_experts_per_tok
+        empty = torch.zeros(0, layers, k, dtype=torch.int16)
+        return GenerationResult(
+            request_id=seq.request.request_id,
+            prompt_token_ids=seq.request.prompt_token_ids,
+            completion_token_ids=seq.completion,
+            logprobs=torch.tensor(seq.logprobs, dtype=torch.float32),
+            prompt_routing=seq.prompt_routing if seq.prompt_routing is not None else empty,
+            completion_routing=torch.cat(seq.routing_rows) if seq.routing_rows else empty,
+            policy_versions=seq.versions,
+            finish_reason=reason,
+            seed=seq.seed,
+        )
+
+    def generate(self, requests: Iterable[GenerationRequest]) -> dict[str, GenerationResult]:
+        """Submit all, step until none is left; results by request id (a convenience for tests and tools)."""
+        for req in requests:
+            self.submit(req)
+        results: dict[str, GenerationResult] = {}
+        while self.has_work:
+            for ev in self.step():
+                if isinstance(ev, GenerationResult):
+                    results[ev.request_id] = ev
+        return results

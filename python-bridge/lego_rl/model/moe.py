@@ -1,0 +1,155 @@
+"""Mixture-of-experts feed-forward: softmax top-k router, SwiGLU experts, optional shared expert.
+
+Shape legend: T tokens, D model width, E experts, F expert FFN width, K experts per token,
+N token copies grouped by expert (N = T*K on one rank).
+
+Design:
+1. `route` picks experts (or takes replayed ones) and computes gate weights as
+   softmax-over-all-experts gathered at the chosen indices, renormalised over K when
+   `norm_topk_prob` (HF Qwen3MoeTopKRouter). Under replay the indices come from the rollout
+   engine but the weights still come from the live router logits, so the router gets
+   gradients: the R3 recipe (rollout routing replay).
+2. Experts are stored fused like transformers 5 (`gate_up_proj` [E, 2F, D] with the gate
+   half first, `down_proj` [E, D, F]). `grouped_swiglu` takes tokens already sorted by
+   expert with per-expert counts, so expert parallelism can all-to-all the sorted copies
+   between `dispatch` and it and run it on the local experts only.
+3. Each token's expert outputs are summed in expert-id order, as HF does.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import Config
+
+
+class RoutingShapeError(ValueError):
+    """A replayed routing tensor does not fit the batch or names an expert that does not exist."""
+
+
+def route(
+    logits_TE: torch.Tensor, top_k: int, norm_topk_prob: bool, replay_TK: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chosen experts idx_TK (int64) and gate weights w_TK (logits' dtype).
+
+    The same ops run whether the indices are chosen here or replayed, so replaying the
+    routing a forward pass chose reproduces that pass bit for bit.
+    """
+    probs_TE = F.softmax(logits_TE, dim=-1, dtype=torch.float32)
+    if replay_TK is None:
+        idx_TK = torch.topk(probs_TE, top_k, dim=-1).indices
+    else:
+        if replay_TK.shape != (logits_TE.shape[0], top_k):
+            raise RoutingShapeError(f"routing replay slice has shape {tuple(replay_TK.shape)}, expected {(logits_TE.shape[0], top_k)}")
+        idx_TK = replay_TK.to(device=logits_TE.device, dtype=torch.int64)
+        if idx_TK.numel() and (int(idx_TK.min()) < -1 or int(idx_TK.max()) >= logits_TE.shape[1]):
+            raise RoutingShapeError(f"routing replay names experts outside 0..{logits_TE.shape[1] - 1}")
+        unrecorded_TK = idx_TK < 0
+        if unrecorded_TK.any():
+            # -1 marks a token the engine did not record routing for: it routes itself.
+            idx_TK = torch.where(unrecorded_TK, torch.topk(probs_TE, top_k, dim=-1).indices, idx_TK)
+    w_TK = probs_TE.gather(1, idx_TK)
+    if norm_topk_prob:
+        w_TK = w_TK / w_TK.sum(dim=-1, keepdim=True)
+    return idx_TK, w_TK.to(logits_TE.dtype)
+
+
+def dispatch(idx_TK: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """Group token copies by expert: (order_N into the flat T*K copies, token_N, counts per expert)."""
+    flat_N = idx_TK.reshape(-1)
+    order_N = torch.argsort(flat_N, stable=True)  # stable: within an expert, tokens keep their order
+    token_N = torch.div(order_N, idx_TK.shape[1], rounding_mode="floor")
+    counts_E = torch.bincount(flat_N, minlength=num_experts)
+    return order_N, token_N, counts_E.tolist()
+
+
+def grouped_swiglu(
+    x_ND: torch.Tensor, counts: list[int], w_gate_up_EFD: torch.Tensor, w_down_EDF: torch.Tensor
+) -> torch.Tensor:
+    """SwiGLU of expert e on its contiguous run of `counts[e]` rows: down(silu(gate x) * up x).
+
+    `w_gate_up_EFD` is [E, 2F, D] (gate rows then up rows); E here is the local experts, so
+    an expert-parallel rank passes its shard and the rows it received for it.
+    """
+    y_ND = torch.empty_like(x_ND)
+    start = 0
+    for e, n in enumerate(counts):
+        if n == 0:
+            continue
+        x_nD = x_ND[start : start + n]
+        gate_nF, up_nF = F.linear(x_nD, w_gate_up_EFD[e]).chunk(2, dim=-1)
+        y_ND[start : start + n] = F.linear(F.silu(gate_nF) * up_nF, w_down_EDF[e])
+        start += n
+    return y_ND
+
+
+class Router(nn.Module):
+    """Linear scores over experts; parameter `weight` [E, D] is HF's `mlp.gate.weight`."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(config.num_experts, config.hidden_size))
+
+    def forward(self, x_TD: torch.Tensor) -> torch.Tensor:
+        return F.linear(x_TD, self.weight)
+
+
+class Experts(nn.Module):
+    """Routed expert weights, fused: gate_up_proj [E, 2F, D], down_proj [E, D, F]."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        E, F_, D = config.num_experts, config.moe_intermediate_size, config.hidden_size
+        self.gate_up_proj = nn.Parameter(torch.empty(E, 2 * F_, D))
+        self.down_proj = nn.Parameter(torch.empty(E, D, F_))
+
+
+class SwiGLU(nn.Module):
+    """Dense SwiGLU MLP (dense layers and the shared expert): gate_proj, up_proj, down_proj."""
+
+    def __init__(self, hidden: int, ffn: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, ffn, bias=False)
+        self.up_proj = nn.Linear(hidden, ffn, bias=False)
+        self.down_proj = nn.Linear(ffn, hidden, bias=False)
+
+    def forward(self, x_TD: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x_TD)) * self.up_proj(x_TD))
+
+
+class MoeBlock(nn.Module):
+    """Routed experts plus, when configured, a shared expert scaled by sigmoid(shared_expert_gate x)."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        self.num_experts, self.top_k, self.norm_topk_prob = config.num_experts, config.num_experts_per_tok, config.norm_topk_prob
+        self.gate = Router(config)
+        self.experts = Experts(config)
+        if config.shared_expert_intermediate_size:
+            # Qwen2-MoE / Qwen3.5-MoE: one dense expert every token uses, gated per token.
+            self.shared_expert = SwiGLU(config.hidden_size, config.shared_expert_intermediate_size)
+            self.shared_expert_gate = nn.Linear(config.hidden_size, 1, bias=False)
+        else:
+            self.shared_expert = None
+            self.shared_expert_gate = None
+        # Set by expert_parallel.shard_experts: (x_TD, idx_TK, w_TK) -> y_TD with the experts
+        # sharded over ranks. None runs every expert here.
+        self.expert_exchange: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+
+    def forward(self, x_TD: torch.Tensor, replay_TK: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(y_TD, idx_TK): output and the experts each token used (chosen or replayed)."""
+        idx_TK, w_TK = route(self.gate(x_TD), self.top_k, self.norm_topk_prob, replay_TK)
+        if self.expert_exchange is not None:
+            y_TD = self.expert_exchange(x_TD, idx_TK, w_TK)
+        else:
+            order_N, token_N, counts = dispatch(idx_TK, self.num_experts)
+            y_ND = grouped_swiglu(x_TD[token_N], counts, self.experts.gate_up_proj, self.experts.down_proj)
+            y_ND = y_ND * w_TK.reshape(-1)[order_N, None]
+            y_TD = torch.zeros_like(x_TD).index_add_(0, token_N, y_ND)
+        if self.shared_expert is not None:
+            y_TD = y_TD + torch.sigmoid(self.shared_expert_gate(x_TD)) * self.shared_expert(x_TD)
+        return y_TD, idx_TK
