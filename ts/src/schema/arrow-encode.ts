@@ -28,7 +28,15 @@ export interface EncodeOptions {
   readonly version?: string;
   /** Validate like `decodeBatch` so a bad record fails where it was made (default true; tests turn it off). */
   readonly validate?: boolean;
+  /**
+   * Memory for the per-token columns of multi-row batches (one concatenation
+   * per column), valid until the batch is framed. The transport passes reused
+   * scratch memory here: fresh allocations are the slow part on small VMs.
+   */
+  readonly scratch?: (bytes: number) => { buffer: ArrayBuffer; byteOffset: number };
 }
+
+type Scratch = EncodeOptions["scratch"];
 
 /** The Arrow schema of a batch of `record` rows, with version and routing metadata. */
 export function arrowSchema(record: ArrowRecordName, routing: RoutingShape | null, options: EncodeOptions = {}): Schema {
@@ -114,9 +122,17 @@ function scalarData(type: DataType, scalar: ScalarName, values: readonly unknown
   return makeData({ type: type as Int32, length, ...valid, data: data as Int32Array });
 }
 
-function concatTyped(parts: readonly ArrayLike<number>[], ctor: new (n: number) => TypedArray): TypedArray {
+type TypedCtor = (new (n: number) => TypedArray) & { BYTES_PER_ELEMENT: number };
+
+function concatTyped(parts: readonly ArrayLike<number>[], ctor: TypedCtor, scratch: Scratch): TypedArray {
   const total = parts.reduce((n, p) => n + p.length, 0);
-  const out = new ctor(total);
+  let out: TypedArray;
+  if (scratch) {
+    const { buffer, byteOffset } = scratch(total * ctor.BYTES_PER_ELEMENT);
+    out = new (ctor as unknown as new (b: ArrayBuffer, o: number, n: number) => TypedArray)(buffer, byteOffset, total);
+  } else {
+    out = new ctor(total);
+  }
   let at = 0;
   for (const part of parts) {
     out.set(part, at);
@@ -127,7 +143,7 @@ function concatTyped(parts: readonly ArrayLike<number>[], ctor: new (n: number) 
 
 const TOKEN_CTORS = { int32: Int32Array, float32: Float32Array, uint8: Uint8Array } as const;
 
-function buildColumn(desc: FieldDescriptor, field: Field, values: readonly unknown[], where: string): Data {
+function buildColumn(desc: FieldDescriptor, field: Field, values: readonly unknown[], where: string, scratch: Scratch): Data {
   const path = `${where}.${desc.name}`;
   if (!desc.nullable && values.some((v) => v === null || v === undefined)) {
     throw new SchemaError(`${path} is required but a record holds ${values.find((v) => v == null)}`);
@@ -161,27 +177,44 @@ function buildColumn(desc: FieldDescriptor, field: Field, values: readonly unkno
         }
       }
       const valueOffsets = offsetsOf(arrays.map((a) => a.length), path);
-      const flat = arrays.length === 1 ? arrays[0]! : concatTyped(arrays, ctor);
+      const flat = arrays.length === 1 ? arrays[0]! : concatTyped(arrays, ctor as TypedCtor, scratch);
       const child = makeData({ type: elementType as Int32, length: flat.length, nullCount: 0, data: flat as Int32Array });
       return makeData({ type: type as List, length: values.length, ...validity(values, desc.nullable), valueOffsets, child });
     }
     case "record":
-      return buildStruct(t.record, type as Struct, values as object[], path);
+      return buildStruct(t.record, type as Struct, values as object[], path, scratch);
     case "records": {
       const lists = values.map((v) => (v ?? []) as object[]);
-      const child = buildStruct(t.record, (type as List).children[0]!.type as Struct, lists.flat(), `${path}[]`);
+      const child = buildStruct(t.record, (type as List).children[0]!.type as Struct, lists.flat(), `${path}[]`, scratch);
       const valueOffsets = offsetsOf(lists.map((l) => l.length), path);
       return makeData({ type: type as List, length: values.length, ...validity(values, desc.nullable), valueOffsets, child });
     }
   }
 }
 
-function buildStruct(record: RecordName, type: Struct, rows: readonly object[], where: string): Data<Struct> {
+function buildStruct(record: RecordName, type: Struct, rows: readonly object[], where: string, scratch: Scratch): Data<Struct> {
   const descriptors = RECORD_FIELDS[record];
   const children = descriptors.map((desc, i) =>
-    buildColumn(desc, type.children[i]!, rows.map((r) => (r as Record<string, unknown>)[desc.name] ?? null), where),
+    buildColumn(desc, type.children[i]!, rows.map((r) => (r as Record<string, unknown>)[desc.name] ?? null), where, scratch),
   );
   return makeData({ type, length: rows.length, nullCount: 0, children });
+}
+
+/**
+ * The record batch `encodeBatch` writes, before IPC framing. Per-token columns
+ * of a one-row batch are the records' own typed arrays (no copy), so a caller
+ * can frame them into memory it reuses (ts/src/transport/ipc-frame.ts).
+ */
+export function recordBatchOf<R extends ArrowRecordName>(
+  record: R,
+  rows: readonly RecordTypes[R][],
+  routing: RoutingShape | null,
+  options: EncodeOptions = {},
+): RecordBatch {
+  if (options.validate ?? true) validateRecords(record, rows, routing);
+  const schema = arrowSchema(record, routing, options);
+  const struct = buildStruct(record, new Struct(schema.fields), rows, record, options.scratch);
+  return new RecordBatch(schema, struct);
 }
 
 /** Encodes rows of `record` as one Arrow IPC stream holding one record batch. */
@@ -191,9 +224,5 @@ export function encodeBatch<R extends ArrowRecordName>(
   routing: RoutingShape | null,
   options: EncodeOptions = {},
 ): Uint8Array {
-  if (options.validate ?? true) validateRecords(record, rows, routing);
-  const schema = arrowSchema(record, routing, options);
-  const struct = buildStruct(record, new Struct(schema.fields), rows, record);
-  const batch = new RecordBatch(schema, struct);
-  return RecordBatchStreamWriter.writeAll([batch]).toUint8Array(true);
+  return RecordBatchStreamWriter.writeAll([recordBatchOf(record, rows, routing, options)]).toUint8Array(true);
 }

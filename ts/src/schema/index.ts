@@ -1,6 +1,6 @@
 /** The cross-language records of lego-rl, as TypeScript sees them (see schemas/records.toml). */
 export * from "./generated.ts";
-export { arrowSchema, encodeBatch, type EncodeOptions } from "./arrow-encode.ts";
+export { arrowSchema, encodeBatch, recordBatchOf, type EncodeOptions } from "./arrow-encode.ts";
 export { decodeBatch, type DecodedBatch } from "./arrow-decode.ts";
 export { recordDifferences } from "./compare.ts";
 export { decodeControl, encodeControl } from "./control-codec.ts";

@@ -1,0 +1,221 @@
+"""The receiver as a specification: credits, acks, dedup, quarantine and zero-copy decoding.
+
+A real ROUTER socket in this process; the test plays the sender with a DEALER.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import zmq
+
+from lego_rl.schema import Ack, Credit, Error, decode_control, encode_control
+from lego_rl.transport import Receiver, ReceiverConfig
+
+from .batches import golden_rows, header, hello, inconsistent_rows, payload
+
+
+@pytest.fixture
+def spool(short_dir: Path) -> Path:
+    return short_dir / "rx"
+
+
+@pytest.fixture
+def receiver(address: str, spool: Path) -> Iterator[Receiver]:
+    rx = Receiver(ReceiverConfig(bind=address, spool_dir=spool, credits=3))
+    yield rx
+    rx.close()
+
+
+@pytest.fixture
+def dealer(address: str) -> Iterator[zmq.Socket[Any]]:
+    socket = zmq.Context.instance().socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.connect(address)
+    yield socket
+    socket.close(linger=0)
+
+
+def reply(socket: zmq.Socket[Any], timeout_ms: int = 5000) -> Any:
+    assert socket.poll(timeout_ms), "no reply from the receiver"
+    return decode_control(socket.recv())
+
+
+def pump(receiver: Receiver, socket: zmq.Socket[Any], timeout_s: float = 10.0) -> None:
+    """Runs the receiver (single-threaded, like its CLI) until a reply is waiting for `socket`."""
+    deadline = time.monotonic() + timeout_s
+    while not socket.poll(0):
+        assert time.monotonic() < deadline, "the receiver sent no reply"
+        assert receiver.receive(timeout_s=0.05) is None, "no batch was expected here"
+
+
+def replies_until(receiver: Receiver, socket: zmq.Socket[Any], wanted: Any) -> list[Any]:
+    """Replies, in order, up to and including `wanted`."""
+    out: list[Any] = []
+    while wanted not in out:
+        pump(receiver, socket)
+        out.append(decode_control(socket.recv()))
+    return out
+
+
+def no_reply(socket: zmq.Socket[Any]) -> bool:
+    return socket.poll(100) == 0
+
+
+def test_hello_is_answered_with_a_full_credit_window(receiver: Receiver, dealer: zmq.Socket[Any]) -> None:
+    dealer.send(hello())
+    pump(receiver, dealer)
+    assert reply(dealer) == Credit(receiver_id="receiver", credits=3, max_batch_bytes=64 * 1024 * 1024)
+
+
+def test_a_batch_is_acked_after_it_is_spooled_and_its_credit_returns_when_the_consumer_asks_for_more(
+    receiver: Receiver, dealer: zmq.Socket[Any], spool: Path
+) -> None:
+    data = payload()
+    dealer.send_multipart([header("b-1", data), data])
+    received = receiver.receive(timeout_s=5)
+    assert received is not None
+    assert received.header.batch_id == "b-1"
+    assert received.batch.column("trajectory_id").to_pylist() == ["traj-0001", "traj-0002"]
+    assert received.path == spool / "batches" / "b-1.lgrb" and received.path.exists()
+    assert reply(dealer) == Ack(batch_id="b-1", status="accepted", reason=None)
+    assert no_reply(dealer), "the credit must wait until the consumer is done with the batch"
+    pump(receiver, dealer)
+    assert isinstance(reply(dealer), Credit)
+
+
+@pytest.mark.filterwarnings("ignore:The given NumPy array is not writable")
+def test_decoded_token_logprob_and_routing_columns_are_views_over_the_received_frame(
+    receiver: Receiver, dealer: zmq.Socket[Any]
+) -> None:
+    data = payload()
+    dealer.send_multipart([header("zc-1", data), data])
+    received = receiver.receive(timeout_s=5)
+    assert received is not None
+    frame = memoryview(received.frame.buffer)
+    start = np.frombuffer(frame, dtype=np.uint8).ctypes.data
+    end = start + len(frame)
+    segments = received.batch.column("segments").values
+    for name in ("token_ids", "logprobs", "loss_mask", "routing"):
+        values = segments.field(name).values
+        array = values.to_numpy(zero_copy_only=True)
+        assert start <= array.ctypes.data and array.ctypes.data + array.nbytes <= end, f"{name} was copied"
+        tensor = torch.from_numpy(array)
+        assert tensor.data_ptr() == array.ctypes.data, f"{name}: torch made a copy"
+
+
+def test_a_batch_id_seen_before_is_acked_duplicate_even_after_a_receiver_restart(
+    receiver: Receiver, dealer: zmq.Socket[Any], address: str, spool: Path
+) -> None:
+    data = payload()
+    dealer.send_multipart([header("dup-1", data), data])
+    assert receiver.receive(timeout_s=5) is not None
+    assert reply(dealer).status == "accepted"
+    dealer.send_multipart([header("dup-1", data), data])
+    replies_until(receiver, dealer, Ack(batch_id="dup-1", status="duplicate", reason=None))
+    receiver.close()
+    restarted = Receiver(ReceiverConfig(bind=address, spool_dir=spool))
+    # A fresh connection, as a real sender makes one (and resends) after noticing the restart.
+    again = zmq.Context.instance().socket(zmq.DEALER)
+    again.setsockopt(zmq.LINGER, 0)
+    again.connect(address)
+    try:
+        again.send_multipart([header("dup-1", data), data])
+        replies_until(restarted, again, Ack(batch_id="dup-1", status="duplicate", reason=None))
+        assert sorted(p.name for p in (spool / "batches").iterdir()) == ["dup-1.lgrb"]
+    finally:
+        again.close(linger=0)
+        restarted.close()
+
+
+MALFORMED = {
+    "three frames": lambda: [b"a", b"b", b"c"],
+    "control frame that is not msgpack": lambda: [b"\xc1\xc1 not msgpack"],
+    "batch header that is not msgpack": lambda: [b"\xc1 nope", payload()],
+    "first frame is not a batch header": lambda: [hello(), payload()],
+}
+
+
+@pytest.mark.parametrize("name", list(MALFORMED))
+def test_malformed_frames_are_quarantined_with_a_reason_and_the_receiver_keeps_running(
+    name: str, receiver: Receiver, dealer: zmq.Socket[Any], spool: Path
+) -> None:
+    frames = MALFORMED[name]()
+    dealer.send_multipart(frames)
+    pump(receiver, dealer)
+    assert isinstance(reply(dealer), Error)
+    (reason_file,) = (spool / "quarantine").glob("*.reason.json")
+    reason = json.loads(reason_file.read_text())
+    assert reason["frame_sizes"] == [len(f) for f in frames]
+    assert reason["reason"]
+    assert reason_file.with_name(reason_file.name.replace(".reason.json", ".bin")).read_bytes() == b"".join(frames)
+    _assert_still_accepts(receiver, dealer)
+
+
+def _bad_batches() -> dict[str, tuple[bytes, str]]:
+    rows, shape = inconsistent_rows()
+    good = payload()
+    return {
+        "payload that is not Arrow": (b"\x00" * 64, "TruncatedStreamError"),
+        "payload cut short": (good[: len(good) // 2], "TruncatedStreamError"),
+        "another schema major version": (payload(version="2.0.0"), "SchemaVersionError"),
+        "logprobs shorter than tokens": (payload(rows, shape, validate=False), "RecordShapeError"),
+    }
+
+
+@pytest.mark.parametrize("name", list(_bad_batches()))
+def test_invalid_batches_are_quarantined_acked_as_such_and_not_yielded(
+    name: str, receiver: Receiver, dealer: zmq.Socket[Any], spool: Path
+) -> None:
+    data, code = _bad_batches()[name]
+    dealer.send_multipart([header("bad-1", data), data])
+    pump(receiver, dealer)
+    ack = reply(dealer)
+    assert ack.batch_id == "bad-1" and ack.status == "quarantined" and ack.reason.startswith(code)
+    (reason_file,) = (spool / "quarantine").glob("*.reason.json")
+    assert json.loads(reason_file.read_text())["code"] == code
+    assert list((spool / "batches").iterdir()) == []
+    _assert_still_accepts(receiver, dealer)
+
+
+def test_header_and_payload_that_disagree_on_the_row_count_are_quarantined(receiver: Receiver, dealer: zmq.Socket[Any]) -> None:
+    data = payload()
+    dealer.send_multipart([header("count-1", data, num_trajectories=5), data])
+    pump(receiver, dealer)
+    assert reply(dealer).reason.startswith("bad_count")
+
+
+def _assert_still_accepts(receiver: Receiver, dealer: zmq.Socket[Any]) -> None:
+    rows, shape = golden_rows()
+    data = payload(rows, shape)
+    dealer.send_multipart([header("good-after", data), data])
+    received = receiver.receive(timeout_s=5)
+    assert received is not None and received.header.batch_id == "good-after"
+
+
+def test_with_release_consumed_a_batch_file_is_recycled_once_the_consumer_asks_for_more_but_stays_deduplicated(
+    address: str, spool: Path, dealer: zmq.Socket[Any]
+) -> None:
+    receiver = Receiver(ReceiverConfig(bind=address, spool_dir=spool, release_consumed=True))
+    try:
+        data = payload()
+        dealer.send_multipart([header("rel-1", data), data])
+        received = receiver.receive(timeout_s=5)
+        assert received is not None and received.path.exists()
+        dealer.send_multipart([header("rel-1", data), data])
+        replies_until(receiver, dealer, Ack(batch_id="rel-1", status="duplicate", reason=None))
+        assert list((spool / "batches").iterdir()) == []
+        assert len(list((spool / "free").iterdir())) == 1
+        dealer.send_multipart([header("rel-2", data), data])
+        second = receiver.receive(timeout_s=5)
+        assert second is not None and second.path.read_bytes().endswith(data)
+        assert list((spool / "free").iterdir()) == [], "the freed file was written over"
+    finally:
+        receiver.close()

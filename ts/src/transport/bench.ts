@@ -1,0 +1,239 @@
+/**
+ * Data-plane benchmark (not a test): TS Sender -> Python Receiver over loopback TCP,
+ * compared with the same trajectories as JSON over HTTP and with raw TCP bytes.
+ *
+ *   cd ts && pnpm exec tsx src/transport/bench.ts [--quick] [--spool-root DIR]
+ *
+ * Spools default to /dev/shm, so the figure is the transport's, not the disk's
+ * fsync rate; pass --spool-root /tmp to include a real disk. The last line is JSON:
+ * {"bench":"transport","gbps":…,"tokens_per_s":…,"p99_ms":…,"vs_json":…,"vs_raw_tcp":…,"zero_copy":…}
+ */
+import { request, Agent } from "node:http";
+import { connect } from "node:net";
+import { mkdtempSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import type { RoutingShape, Trajectory } from "../schema/index.ts";
+import { JsonLineProcess, PYTHON, REUSE_MALLOC_ENV, readPort } from "./bench-peers.ts";
+import { trajectoryTokens } from "./batcher.ts";
+import { Sender } from "./sender.ts";
+import { replicate, syntheticTrajectory } from "./workload.ts";
+
+const { values: args } = parseArgs({ options: { quick: { type: "boolean", default: false }, "spool-root": { type: "string", default: "/dev/shm" } } });
+const ROUTING: RoutingShape = { layers: 48, top_k: 8, num_experts: 128 }; // Qwen3-30B-A3B-like: 48 layers, top-8 of 128
+const root = mkdtempSync(join(args["spool-root"]!, "lego-bench-"));
+const log = (line: string) => process.stderr.write(`${line}\n`);
+
+let senderPeakRss = process.memoryUsage().rss;
+const rssTimer = setInterval(() => {
+  senderPeakRss = Math.max(senderPeakRss, process.memoryUsage().rss);
+}, 10);
+
+function quantile(sorted: number[], q: number): number {
+  return sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]! : NaN;
+}
+
+interface TransportResult {
+  name: string;
+  trajectories: number;
+  tokens: number;
+  bytes: number;
+  seconds: number;
+  gbps: number;
+  tokens_per_s: number;
+  p50_ms: number;
+  p99_ms: number;
+  zero_copy: boolean;
+  sender_peak_rss_mb: number;
+  receiver_peak_rss_mb: number;
+  /** CPU seconds spent while sending: comparable across runs even when the machine is busy. */
+  sender_cpu_s: number;
+  /** The receiver process's whole CPU time, start-up (imports, warm-up) included. */
+  receiver_cpu_s: number;
+}
+
+/** `serial`: wait for each batch's ack before sending the next (latency without queueing). */
+async function runTransport(name: string, rows: Trajectory[], perSend: number, serial = false): Promise<TransportResult> {
+  const receiver = new JsonLineProcess("receiver", PYTHON, [
+    "-m", "lego_rl.transport", "receive", "--bind", "tcp://127.0.0.1:*", "--spool", fresh(`${name}-rx`), "--report", "--quiet", "--release-consumed", "--credits", "8",
+  ], process.env.LEGO_BENCH_PLAIN_MALLOC ? {} : REUSE_MALLOC_ENV);
+  const listening = await receiver.waitFor((e) => e.type === "listening");
+  senderPeakRss = process.memoryUsage().rss;
+  // As many unacked batches as the receiver grants credits: more would only queue (and add latency).
+  const sender = new Sender({ address: listening.address as string, spoolDir: fresh(`${name}-tx`), producerId: `bench-${name}`, maxUnackedBatches: 8 });
+  let bytes = 0;
+  let batches = 0;
+  const cpuBefore = process.cpuUsage();
+  const rxCpuBefore = listening.cpu_s as number;
+  const started = performance.now();
+  for (let i = 0; i < rows.length; i += perSend) {
+    for (const header of await sender.send(rows.slice(i, i + perSend), ROUTING)) {
+      bytes += header.payload_bytes;
+      batches += 1;
+    }
+    if (serial) await sender.drain(60_000);
+  }
+  await sender.drain(600_000);
+  const seconds = (performance.now() - started) / 1000;
+  const cpu = process.cpuUsage(cpuBefore);
+  await sender.close();
+  await receiver.waitFor((e) => e.type === "report" && receiver.events.filter((r) => r.type === "report").length >= batches);
+  receiver.stop();
+  const stopped = await receiver.waitFor((e) => e.type === "stopped");
+  const reports = receiver.events.filter((e) => e.type === "report");
+  const latencies = reports.map((e) => e.latency_ms as number).sort((a, b) => a - b);
+  const tokens = rows.reduce((n, t) => n + trajectoryTokens(t), 0);
+  return {
+    name, trajectories: rows.length, tokens, bytes, seconds,
+    gbps: bytes / seconds / 1e9, tokens_per_s: tokens / seconds,
+    p50_ms: quantile(latencies, 0.5), p99_ms: quantile(latencies, 0.99),
+    zero_copy: reports.length > 0 && reports.every((e) => e.zero_copy === true),
+    sender_peak_rss_mb: senderPeakRss / 2 ** 20, receiver_peak_rss_mb: (stopped.peak_rss as number) / 2 ** 20,
+    sender_cpu_s: (cpu.user + cpu.system) / 1e6, receiver_cpu_s: (stopped.cpu_s as number) - rxCpuBefore,
+  };
+}
+
+/** Typed arrays become plain number arrays: what a JSON API would carry. */
+function toJson(rows: Trajectory[]): string {
+  return JSON.stringify(rows, (_key, value: unknown) => (ArrayBuffer.isView(value) ? Array.from(value as unknown as ArrayLike<number>) : value));
+}
+
+async function runJson(name: string, rows: Trajectory[], perPost: number): Promise<{ seconds: number; tokens_per_s: number; json_bytes: number }> {
+  const portFile = fresh(`${name}-json.port`);
+  const peer = new JsonLineProcess("json-http", PYTHON, ["-m", "lego_rl.transport.bench_peer", "json-http", portFile]);
+  const port = await readPort(peer, portFile);
+  const agent = new Agent({ keepAlive: true });
+  let jsonBytes = 0;
+  const started = performance.now();
+  for (let i = 0; i < rows.length; i += perPost) {
+    const body = toJson(rows.slice(i, i + perPost));
+    jsonBytes += Buffer.byteLength(body);
+    const last = i + perPost >= rows.length ? "1" : "0";
+    await new Promise<void>((resolve, reject) => {
+      const req = request({ host: "127.0.0.1", port, method: "POST", path: "/batch", agent, headers: { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body), "X-Last": last } }, (res) => {
+        res.resume();
+        res.on("end", () => resolve());
+      });
+      req.on("error", reject);
+      req.end(body);
+    });
+  }
+  const seconds = (performance.now() - started) / 1000;
+  agent.destroy();
+  await peer.waitFor((e) => e.peer === "json-http");
+  const tokens = rows.reduce((n, t) => n + trajectoryTokens(t), 0);
+  return { seconds, tokens_per_s: tokens / seconds, json_bytes: jsonBytes };
+}
+
+/** The floor: the same number of bytes, from one reused buffer, over a plain loopback socket. */
+async function runRawTcp(totalBytes: number, chunkBytes: number): Promise<{ gbps: number; seconds: number }> {
+  const portFile = fresh("raw.port");
+  const peer = new JsonLineProcess("raw-tcp", PYTHON, ["-m", "lego_rl.transport.bench_peer", "raw-tcp", portFile]);
+  const port = await readPort(peer, portFile);
+  const chunk = Buffer.alloc(chunkBytes, 7);
+  const started = performance.now();
+  await new Promise<void>((resolve, reject) => {
+    const socket = connect(port, "127.0.0.1", () => {
+      let left = totalBytes;
+      const pump = (): void => {
+        while (left > 0) {
+          const n = Math.min(left, chunk.length);
+          left -= n;
+          if (!socket.write(n === chunk.length ? chunk : chunk.subarray(0, n))) {
+            socket.once("drain", pump);
+            return;
+          }
+        }
+        socket.end();
+      };
+      pump();
+    });
+    socket.on("error", reject);
+    socket.on("close", () => resolve());
+  });
+  const done = await peer.waitFor((e) => e.peer === "raw-tcp");
+  const seconds = (performance.now() - started) / 1000;
+  if (done.bytes !== totalBytes) throw new Error(`raw TCP sink got ${String(done.bytes)} of ${totalBytes} bytes`);
+  return { gbps: totalBytes / seconds / 1e9, seconds };
+}
+
+function mixedSet(count: number): Trajectory[] {
+  // Agent-sized: mostly short tool-use rollouts, a few long ones.
+  const sizes = [1_500, 3_000, 3_000, 6_000, 6_000, 12_000, 24_000];
+  const templates = sizes.map((n, i) => syntheticTrajectory(`mixed-${n}`, n, ROUTING, 8, i + 1));
+  return Array.from({ length: count }, (_, i) => replicate(templates[i % templates.length]!, 1, `mixed-${i}`)[0]!);
+}
+
+async function main(): Promise<void> {
+  const quick = args.quick!;
+  log(`building workloads (routing ${ROUTING.layers} layers x top-${ROUTING.top_k} of ${ROUTING.num_experts}, uint8) ...`);
+  const big = replicate(syntheticTrajectory("big", 32_768, ROUTING, 16), quick ? 12 : 120, "big");
+  const mixed = mixedSet(quick ? 42 : 420);
+
+  // The VM is shared and noisy: each throughput figure is the median of REPEATS runs.
+  await runTransport("warmup", big.slice(0, 3), 1);
+  const bigResult = median(await repeat(() => runTransport("big", big, 1)), (r) => r.gbps);
+  const mixedResult = median(await repeat(() => runTransport("mixed", mixed, 8)), (r) => r.gbps);
+  const serial = await runTransport("serial", big.slice(0, quick ? 6 : 12), 1, true);
+  log(`serial (one batch at a time, 12.9 MB each): p50 ${serial.p50_ms.toFixed(1)} ms, p99 ${serial.p99_ms.toFixed(1)} ms`);
+  for (const r of [bigResult, mixedResult]) {
+    log(`${r.name.padEnd(6)} ${r.trajectories} traj ${(r.bytes / 1e6).toFixed(0)} MB in ${r.seconds.toFixed(2)} s: ` +
+      `${r.gbps.toFixed(3)} GB/s, ${(r.tokens_per_s / 1e6).toFixed(2)} M tokens/s, p50 ${r.p50_ms.toFixed(1)} ms, p99 ${r.p99_ms.toFixed(1)} ms, ` +
+      `zero-copy ${r.zero_copy}, peak RSS sender ${r.sender_peak_rss_mb.toFixed(0)} MB / receiver ${r.receiver_peak_rss_mb.toFixed(0)} MB, ` +
+      `CPU sender ${r.sender_cpu_s.toFixed(2)} s / receiver ${r.receiver_cpu_s.toFixed(2)} s`);
+  }
+
+  const json = await runJson("big", big.slice(0, 2), 1);
+  const jsonMixed = await runJson("mixed", mixed.slice(0, 14), 7);
+  log(`json   big: ${(json.tokens_per_s / 1e3).toFixed(1)} k tokens/s (${(json.json_bytes / 1e6).toFixed(0)} MB of JSON in ${json.seconds.toFixed(2)} s); ` +
+    `mixed: ${(jsonMixed.tokens_per_s / 1e3).toFixed(1)} k tokens/s`);
+
+  const raw = median(await repeat(() => runRawTcp(bigResult.bytes, Math.ceil(bigResult.bytes / bigResult.trajectories))), (r) => r.gbps);
+  log(`raw    ${(bigResult.bytes / 1e6).toFixed(0)} MB over loopback TCP in ${raw.seconds.toFixed(2)} s: ${raw.gbps.toFixed(3)} GB/s`);
+
+  clearInterval(rssTimer);
+  rmSync(root, { recursive: true, force: true });
+  const summary = {
+    bench: "transport",
+    gbps: round(bigResult.gbps),
+    tokens_per_s: Math.round(bigResult.tokens_per_s),
+    p50_ms: round(bigResult.p50_ms),
+    p99_ms: round(bigResult.p99_ms),
+    mixed_gbps: round(mixedResult.gbps),
+    mixed_tokens_per_s: Math.round(mixedResult.tokens_per_s),
+    mixed_p99_ms: round(mixedResult.p99_ms),
+    unloaded_p50_ms: round(serial.p50_ms),
+    unloaded_p99_ms: round(serial.p99_ms),
+    sender_cpu_s_per_gb: round(bigResult.sender_cpu_s / (bigResult.bytes / 1e9)),
+    receiver_cpu_s_per_gb: round(bigResult.receiver_cpu_s / (bigResult.bytes / 1e9)),
+    sender_peak_rss_mb: Math.round(Math.max(bigResult.sender_peak_rss_mb, mixedResult.sender_peak_rss_mb)),
+    receiver_peak_rss_mb: Math.round(Math.max(bigResult.receiver_peak_rss_mb, mixedResult.receiver_peak_rss_mb)),
+    raw_tcp_gbps: round(raw.gbps),
+    json_tokens_per_s: Math.round(json.tokens_per_s),
+    vs_json: round(bigResult.tokens_per_s / json.tokens_per_s),
+    vs_raw_tcp: round(bigResult.gbps / raw.gbps),
+    zero_copy: bigResult.zero_copy && mixedResult.zero_copy,
+  };
+  console.log(JSON.stringify(summary));
+}
+
+const REPEATS = 3;
+let runs = 0;
+/** A fresh folder or file name under the bench root for each run. */
+const fresh = (name: string) => join(root, `${runs++}-${name}`);
+
+async function repeat<T>(run: () => Promise<T>): Promise<T[]> {
+  const out: T[] = [];
+  for (let i = 0; i < REPEATS; i++) out.push(await run());
+  return out;
+}
+
+function median<T>(runs: T[], key: (r: T) => number): T {
+  return [...runs].sort((a, b) => key(a) - key(b))[Math.floor(runs.length / 2)]!;
+}
+
+function round(x: number): number {
+  return Math.round(x * 1000) / 1000;
+}
+
+await main();
