@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_model as load_weights
+from safetensors.torch import save_file
+from safetensors.torch import save_model as save_weights
 
 LATEST = "LATEST"
 
@@ -84,15 +86,18 @@ class CheckpointStore:
 
     root: Path
 
-    def save(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, position: TrainerPosition) -> Path:
+    def save(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, position: TrainerPosition, *, point_latest: bool = True
+    ) -> Path:
+        """Writes step-N atomically; moves LATEST to it unless a coordinator does that after every rank saved."""
         self.root.mkdir(parents=True, exist_ok=True)
         name = f"step-{position.step:08d}"
         final = self.root / name
         staging = self.root / f".{name}.partial-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
-        weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-        save_file(weights, str(staging / "model.safetensors"), metadata={"format": "pt"})
+        # save_model (not save_file) because tied weights share storage (tie_word_embeddings).
+        save_weights(model, str(staging / "model.safetensors"), metadata={"format": "pt"})
         opt_tensors, opt_meta = _optimizer_tensors(optimizer)
         save_file(opt_tensors, str(staging / "optimizer.safetensors"), metadata=opt_meta)
         (staging / "trainer.json").write_text(json.dumps({
@@ -106,12 +111,22 @@ class CheckpointStore:
         if final.exists():
             shutil.rmtree(final)
         staging.rename(final)
+        _fsync_dir(self.root)
+        if point_latest:
+            self.point_latest(name)
+        return final
+
+    def point_latest(self, name: str) -> None:
+        """Atomically makes `name` the checkpoint a resume starts from."""
         pointer = self.root / f".{LATEST}.tmp-{os.getpid()}"
         pointer.write_text(name)
         _fsync_file(pointer)
         pointer.rename(self.root / LATEST)
         _fsync_dir(self.root)
-        return final
+
+    def latest_name(self) -> str | None:
+        pointer = self.root / LATEST
+        return pointer.read_text().strip() if pointer.exists() else None
 
     def latest(self) -> Path | None:
         pointer = self.root / LATEST
@@ -124,8 +139,7 @@ class CheckpointStore:
 
     def load(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> TrainerPosition:
         try:
-            weights = load_file(str(path / "model.safetensors"))
-            missing, unexpected = model.load_state_dict(weights, strict=False)
+            missing, unexpected = load_weights(model, str(path / "model.safetensors"), strict=False)
         except (OSError, RuntimeError) as error:
             raise CheckpointError(f"cannot load weights from {path}: {error}") from error
         if missing or unexpected:

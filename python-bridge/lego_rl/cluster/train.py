@@ -1,0 +1,85 @@
+"""`python -m lego_rl.cluster.train`: GSPO on Ray (local by default, a cluster with --ray-address).
+
+    receiver/spool or on-policy engines -> advantages -> trainer ranks -> checkpoint -> weights to engines
+
+Trainer ranks and engine replicas are Ray actors; the loop itself is
+lego_rl.trainer.driver.train, the same one the single-process entry point runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from ..engine import EngineConfig
+from ..model import read_config
+from ..trainer.driver import LoopConfig, train
+from ..trainer.sources import SpoolFolderSource
+from ..trainer.step import StepConfig
+from ..trainer.toy_task import ToyTask, routing_shape_of
+from .engine_group import start_engines
+from .runtime import connect
+from .toy_source import ToyRolloutSource
+from .trainer_group import RayPolicy, TrainerGroup
+
+
+def _toy_task(vocab_size: int) -> ToyTask:
+    # Rewards lowercase ASCII bytes: learnable in a few dozen steps by the byte-tokenizer tiny model.
+    prompts = tuple(tuple(f"task {i}: write".encode()) for i in range(4))
+    if vocab_size < 256:
+        raise SystemExit("the toy task needs a byte-level vocabulary (>= 256 tokens)")
+    return ToyTask(prompts=prompts, target_token_ids=frozenset(range(ord("a"), ord("z") + 1)), group_size=8, max_tokens=12)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lego_rl.cluster.train", description=__doc__)
+    parser.add_argument("--model", type=Path, required=True, help="HF-layout model directory")
+    parser.add_argument("--checkpoints", type=Path, required=True)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--spool", type=Path, help="train on the Trajectory batches in this folder")
+    source.add_argument("--toy-steps", type=int, help="train on-policy on the built-in toy task for N steps")
+    parser.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
+    parser.add_argument("--engines", type=int, default=1, help="engine replicas for on-policy sampling")
+    parser.add_argument("--trainer-ranks", type=int, default=1, help="trainer ranks; experts are sharded across them")
+    parser.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend for expert parallelism")
+    parser.add_argument("--engine-dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--lr", type=float, default=StepConfig.lr)
+    parser.add_argument("--loss", choices=["gspo", "gspo_token", "grpo"], default="gspo")
+    parser.add_argument("--max-steps", type=int, default=None)
+    parser.add_argument("--log", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    # Logical CPUs for a local Ray: one per trainer rank and engine replica, even on a 2-core machine.
+    connect(args.ray_address, num_cpus=max(os.cpu_count() or 1, args.trainer_ranks + (args.engines if args.toy_steps else 0)))
+    moe = read_config(args.model)
+    config = StepConfig(loss=args.loss, lr=args.lr)
+    trainers = TrainerGroup.create(args.model, config, num_ranks=args.trainer_ranks, backend=args.backend)
+    engines = start_engines(str(args.model), EngineConfig(dtype=args.engine_dtype), replicas=args.engines) if args.toy_steps else []
+    policy = RayPolicy(trainers=trainers, config=config, engines=engines, layers=len(moe.moe_layers),
+                       top_k=moe.num_experts_per_tok)
+    rewards: list[float] = []
+    if args.toy_steps:
+        batches = ToyRolloutSource(engines=engines, task=_toy_task(moe.vocab_size), shape=routing_shape_of(moe),
+                                   steps=args.toy_steps, rewards=rewards)
+    else:
+        batches = SpoolFolderSource(folder=args.spool)
+    log = open(args.log, "a", encoding="utf-8") if args.log else sys.stdout
+    try:
+        position = train(batches, policy, LoopConfig(checkpoint_dir=args.checkpoints, max_steps=args.max_steps), log=log)
+    finally:
+        if log is not sys.stdout:
+            log.close()
+        trainers.shutdown()
+    summary = {"steps": position.step, "policy_version": position.policy_version}
+    if rewards:
+        head, tail = rewards[: max(1, len(rewards) // 5)], rewards[-max(1, len(rewards) // 5):]
+        summary |= {"reward_first": sum(head) / len(head), "reward_last": sum(tail) / len(tail)}
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,142 @@
+"""`python -m lego_rl.trainer.bench` (pnpm bench:trainer): GSPO step time and tokens/s vs TRL.
+
+Both sides run the same full on-policy step on the same tiny MoE weights and the
+same batch: 4 prompts x 8 completions of at most 12 tokens at temperature 1,
+reward = share of lowercase letters, GSPO (sequence-level ratio, clip 3e-4/4e-4,
+beta 0), one optimizer step per batch, fp32 on CPU.
+  lego-rl: embedded engine samples (KV cache, continuous batching), the batch
+           travels as Arrow bytes, the trainer recomputes with routing replay,
+           steps, and syncs weights back to the engine.
+  TRL:     GRPOTrainer with importance_sampling_level="sequence" on
+           transformers' Qwen3MoeForCausalLM loaded from the same directory.
+Step time is the median over the measured steps after warm-up. The last line is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from ..engine import Engine, EngineConfig
+from ..model import load_model
+from ..model.tiny import write_tiny_model
+from ..schema import decode_batch
+from .advantages import group_advantages
+from .driver import outcome_of
+from .packing import pack_step, trajectories_of
+from .step import PolicyUpdater, StepConfig
+from .toy_task import ToyTask, rollout_batch
+
+PROMPTS = tuple(f"task {i}: write" for i in range(4))
+LOWERCASE = frozenset(range(ord("a"), ord("z") + 1))
+GROUP, MAX_TOKENS, LR = 8, 12, 3e-3
+
+
+def _lowercase_share(completion: str) -> float:
+    return sum("a" <= c <= "z" for c in completion) / max(1, len(completion.encode()))
+
+
+def bench_lego(model_dir: Path, steps: int, warmup: int) -> dict[str, float]:
+    trainer = load_model(model_dir)
+    engine = Engine(load_model(model_dir), EngineConfig(dtype="float32"))
+    updater = PolicyUpdater(trainer, StepConfig(lr=LR))
+    task = ToyTask(prompts=tuple(tuple(p.encode()) for p in PROMPTS), target_token_ids=LOWERCASE, group_size=GROUP,
+                   max_tokens=MAX_TOKENS)
+    config = trainer.config
+    full, update, tokens = [], [], []
+    for step in range(warmup + steps):
+        started = time.perf_counter()
+        data, _ = rollout_batch(engine, task, step)
+        trajectories = trajectories_of([decode_batch(data)])
+        advantages = group_advantages([outcome_of(t) for t in trajectories.values()])
+        update_started = time.perf_counter()
+        if advantages.trajectory_ids:
+            packed = pack_step(trajectories, advantages, layers=len(config.moe_layers), top_k=config.num_experts_per_tok)
+            updater.update(packed)
+            engine.update_weights(trainer.state_dict(), step + 1)
+            tokens.append(packed.num_tokens)
+        done = time.perf_counter()
+        if step >= warmup:
+            full.append(done - started)
+            update.append(done - update_started)
+    return {
+        "step_s": statistics.median(full),
+        "update_s": statistics.median(update),
+        "tokens_per_s": sum(tokens[-steps:]) / sum(update),
+    }
+
+
+def bench_trl(model_dir: Path, steps: int, warmup: int) -> dict[str, float]:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    class StepTimer(TrainerCallback):
+        def __init__(self) -> None:
+            self.times: list[float] = []
+            self._start = 0.0
+
+        def on_step_begin(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+            self._start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+            self.times.append(time.perf_counter() - self._start)
+
+    def reward(completions: list[str], **kwargs: object) -> list[float]:
+        return [_lowercase_share(c) for c in completions]
+
+    timer = StepTimer()
+    with tempfile.TemporaryDirectory() as out:
+        args = GRPOConfig(
+            output_dir=out, use_cpu=True, bf16=False, fp16=False, report_to=[], save_strategy="no", logging_steps=10_000,
+            max_steps=warmup + steps, learning_rate=LR, per_device_train_batch_size=len(PROMPTS) * GROUP,
+            num_generations=GROUP, max_completion_length=MAX_TOKENS, temperature=1.0, beta=0.0,
+            importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4, loss_type="grpo",
+            dataloader_num_workers=0, seed=0, disable_tqdm=True,
+        )
+        trainer = GRPOTrainer(
+            model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+            reward_funcs=[reward],
+            args=args,
+            train_dataset=Dataset.from_dict({"prompt": list(PROMPTS) * GROUP * (warmup + steps)}),
+            processing_class=AutoTokenizer.from_pretrained(model_dir),
+            callbacks=[timer],
+        )
+        trainer.train()
+    measured = timer.times[warmup:]
+    return {"step_s": statistics.median(measured)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lego_rl.trainer.bench", description=__doc__)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = write_tiny_model(Path(tmp) / "tiny", tokenizer="bytes", seed=0)
+        ours = bench_lego(model_dir, args.steps, args.warmup)
+        print(f"lego-rl  GSPO step {ours['step_s'] * 1000:.0f} ms (update {ours['update_s'] * 1000:.0f} ms, "
+              f"{ours['tokens_per_s']:.0f} tokens/s in the update)", flush=True)
+        trl = bench_trl(model_dir, args.steps, args.warmup)
+        print(f"TRL      GRPOTrainer(importance_sampling_level='sequence') step {trl['step_s'] * 1000:.0f} ms", flush=True)
+    print(json.dumps({
+        "bench": "trainer",
+        "step_s": round(ours["step_s"], 4),
+        "update_s": round(ours["update_s"], 4),
+        "tokens_per_s": round(ours["tokens_per_s"], 1),
+        "trl_step_s": round(trl["step_s"], 4),
+        "vs_trl": round(trl["step_s"] / ours["step_s"], 2),
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,132 @@
+"""The training loop, as the algorithm reads: batch -> advantages -> update -> checkpoint -> publish.
+
+Exactly-once: the ids of trained batches are part of every checkpoint; after a
+resume, a batch whose id is already there is skipped, and a batch is released
+by its source only after the checkpoint that contains its update is durable.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, TextIO
+
+from typing import Protocol
+
+from ..schema.generated import Trajectory
+from .advantages import RolloutOutcome, group_advantages
+from .checkpoint import CheckpointStore, TrainerPosition
+from .advantages import GroupAdvantages
+from .packing import pack_step, trajectories_of
+from .sources import BatchSource
+from .step import PolicyUpdater
+
+
+class Policy(Protocol):
+    """What the loop needs from the policy, wherever its ranks run (this process or Ray actors)."""
+
+    @property
+    def replay_routing(self) -> bool: ...
+
+    def resume(self, store: CheckpointStore) -> TrainerPosition: ...
+
+    def update(self, trajectories: dict[str, Trajectory], advantages: GroupAdvantages) -> dict[str, float]:
+        """One GSPO update on the trajectories `advantages` selected."""
+        ...
+
+    def save(self, store: CheckpointStore, position: TrainerPosition) -> None: ...
+
+    def publish(self, version: int) -> None:
+        """Make the new weights live on the engines, tagged with `version`."""
+        ...
+
+
+@dataclass(kw_only=True, slots=True)
+class LocalPolicy:
+    """One rank in this process; `on_publish` receives (version, model) for weight sync."""
+
+    updater: PolicyUpdater
+    layers: int
+    """MoE layers (routing rows per token)."""
+    top_k: int
+    on_publish: Callable[[int, object], None] | None = None
+
+    @property
+    def replay_routing(self) -> bool:
+        return self.updater.config.replay_routing
+
+    def resume(self, store: CheckpointStore) -> TrainerPosition:
+        latest = store.latest()
+        if latest is None:
+            return TrainerPosition(step=0, policy_version=0)
+        return store.load(latest, self.updater.model, self.updater.optimizer)
+
+    def update(self, trajectories: dict[str, Trajectory], advantages: GroupAdvantages) -> dict[str, float]:
+        step = pack_step(trajectories, advantages, layers=self.layers, top_k=self.top_k, replay=self.replay_routing)
+        return self.updater.update(step)
+
+    def save(self, store: CheckpointStore, position: TrainerPosition) -> None:
+        store.save(self.updater.model, self.updater.optimizer, position)
+
+    def publish(self, version: int) -> None:
+        if self.on_publish is not None:
+            self.on_publish(version, self.updater.model)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LoopConfig:
+    """How the loop runs around the update."""
+
+    checkpoint_dir: Path
+    """Where checkpoints (and the resume point) live."""
+    max_steps: int | None = None
+    """Stop after this many updates (None: until the source ends)."""
+
+
+def outcome_of(trajectory: Trajectory) -> RolloutOutcome:
+    return RolloutOutcome(
+        trajectory_id=trajectory.trajectory_id,
+        group_id=trajectory.group_id,
+        status=trajectory.status,
+        reward=trajectory.reward,
+    )
+
+
+def train(
+    source: BatchSource,
+    policy: Policy,
+    config: LoopConfig,
+    *,
+    log: TextIO | None = None,
+) -> TrainerPosition:
+    store = CheckpointStore(root=config.checkpoint_dir)
+    position = policy.resume(store)
+    trained = set(position.consumed_batch_ids)
+    for batch in source:
+        if batch.batch_id in trained:
+            batch.done()  # redelivered after a crash: its update is already in the weights
+            continue
+        trajectories = trajectories_of([batch.load()])
+        advantages = group_advantages([outcome_of(t) for t in trajectories.values()])
+        started = time.perf_counter()
+        metrics = advantages.metrics()
+        if advantages.trajectory_ids:
+            metrics |= policy.update(trajectories, advantages)
+            position.policy_version += 1
+        position.step += 1
+        position.consumed_batch_ids.append(batch.batch_id)
+        trained.add(batch.batch_id)
+        policy.save(store, position)
+        batch.done()
+        if advantages.trajectory_ids:
+            policy.publish(position.policy_version)
+        metrics["time/step_s"] = time.perf_counter() - started
+        if log is not None:
+            log.write(json.dumps({"step": position.step, "batch_id": batch.batch_id,
+                                  "policy_version": position.policy_version, **metrics}) + "\n")
+            log.flush()
+        if config.max_steps is not None and position.step >= config.max_steps:
+            break
+    return position
