@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Builds the harness runtimes that agent containers bind-mount read-only
+# (RuntimeMount in ts/src/sandbox/agent-sandbox.ts), so task images stay pure
+# and no container needs the network:
+#   OUT/node/bin/node        this host's Node binary (Debian bookworm host and
+#                            base image share glibc, so it runs unchanged)
+#   OUT/harness/             npm packages: Claude Code, OpenCode (pinned below)
+#   OUT/python/              a copy of a CPython >= 3.12 prefix (the OpenHands SDK
+#                            needs 3.12; Debian bookworm has 3.11) with the
+#                            OpenHands SDK installed into it  [--with-openhands PREFIX]
+#                            e.g. PREFIX=$(pyenv prefix 3.12.1)
+# Mount them as RuntimeMount {name: "node" | "harness" | "python", hostPath: OUT/<name>};
+# inside they are /opt/lego-runtimes/<name>. Run the Python one as
+#   LD_LIBRARY_PATH=/opt/lego-runtimes/python/lib /opt/lego-runtimes/python/bin/python3 -m …
+# (a pyenv build links libpython by its original path; console-script shebangs
+# name host paths, so use `-m`).
+set -euo pipefail
+
+CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.332}"
+OPENCODE_VERSION="${OPENCODE_VERSION:-1.18.33}"
+OPENHANDS_SDK_VERSION="${OPENHANDS_SDK_VERSION:-}"
+
+usage() { echo "usage: $0 OUT_DIR [--with-openhands PYTHON_PREFIX]" >&2; exit 2; }
+[ $# -ge 1 ] || usage
+out="$(realpath -m "$1")"; shift
+py_prefix=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --with-openhands) [ $# -ge 2 ] || usage; py_prefix="$2"; shift 2 ;;
+    *) usage ;;
+  esac
+done
+
+mkdir -p "$out/node/bin" "$out/harness"
+install -m 0755 "$(command -v node)" "$out/node/bin/node"
+
+# Claude Code's postinstall links its platform binary (from an optional
+# dependency), so scripts must run; OpenCode works without its own.
+npm install --prefix "$out/harness" --no-audit --no-fund \
+  "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION}" "opencode-ai@${OPENCODE_VERSION}"
+
+if [ -n "$py_prefix" ]; then
+  rm -rf "$out/python"
+  cp -a "$py_prefix" "$out/python"
+  "$out/python/bin/python3" -m pip install -q --no-warn-script-location --root-user-action=ignore \
+    "openhands-sdk${OPENHANDS_SDK_VERSION:+==$OPENHANDS_SDK_VERSION}"
+fi
+
+chmod -R a+rX "$out"
+echo "runtimes in $out:"
+"$out/harness/node_modules/.bin/claude" --version
+"$out/harness/node_modules/.bin/opencode" --version
+if [ -n "$py_prefix" ]; then "$out/python/bin/python3" -c 'import openhands.sdk; print("openhands-sdk importable")'; fi

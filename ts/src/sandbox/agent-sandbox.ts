@@ -1,0 +1,125 @@
+/**
+ * The agent-stage container and its host-side attachments:
+ *  /opt/lego            read-only: git shim, proxy forwarder
+ *  /opt/lego-runtimes   read-only: mounted harness runtimes
+ *  /run/lego-proxy      read-only: this container's slot; the proxy route's socket appears here
+ * Nothing host-side is writable from inside: the git shim's log lives in the
+ * container's size-capped /tmp and the host reads it through /proc/PID/root.
+ * Slots are created before the container, so a warm-pool container can be
+ * bound to a proxy session later without a new mount.
+ */
+import { createHash } from "node:crypto";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Sandbox, type BindMount } from "./container.ts";
+import { armNetworkGuard } from "./host-probes.ts";
+import { ProxyRoute } from "./proxy-route.ts";
+import type { SandboxLimits } from "./types.ts";
+
+const HERE = new URL("./in-container/", import.meta.url).pathname;
+
+/** A harness runtime (Node + an npm harness, a Python venv) mounted read-only, never installed. */
+export interface RuntimeMount {
+  name: string;
+  hostPath: string;
+}
+
+export interface AgentSandboxConfig {
+  image: string;
+  rolloutId: string;
+  limits?: SandboxLimits;
+  runtimes?: RuntimeMount[];
+}
+
+export const IN_CONTAINER = {
+  tools: "/opt/lego",
+  proxyDir: "/run/lego-proxy",
+  /** Written by the git shim (see in-container/git-shim.sh). */
+  gitProbeLog: "/tmp/.lego-audit/git-probes.log",
+  runtimes: "/opt/lego-runtimes",
+} as const;
+
+/**
+ * Host folder with the in-container tools, named by a hash of their content
+ * so every process on the machine shares one copy (created atomically by rename).
+ */
+function hostToolsDir(): string {
+  const shim = readFileSync(join(HERE, "git-shim.sh"));
+  const fwd = readFileSync(join(HERE, "forwarder.py"));
+  const dir = join(tmpdir(), `lego-rl-tools-${createHash("sha256").update(shim).update(fwd).digest("hex").slice(0, 16)}`);
+  if (existsSync(dir)) return dir;
+  const tmp = mkdtempSync(join(tmpdir(), "lego-rl-tools-tmp-"));
+  mkdirSync(join(tmp, "bin"));
+  writeFileSync(join(tmp, "bin/git"), shim, { mode: 0o755 });
+  writeFileSync(join(tmp, "forwarder.py"), fwd, { mode: 0o644 });
+  chmodSync(tmp, 0o755);
+  try {
+    renameSync(tmp, dir);
+  } catch {
+    rmSync(tmp, { recursive: true, force: true }); // another process won the race
+  }
+  return dir;
+}
+
+export class AgentSandbox {
+  readonly route: ProxyRoute;
+
+  private constructor(
+    readonly sandbox: Sandbox,
+    readonly slotDir: string,
+    readonly netGuardArmed: boolean,
+    /** Host pid of the container's init: /proc/PID/root is its filesystem view. */
+    readonly pid: number,
+    /** Container paths we mounted (docker diff lists them; they are not agent writes). */
+    readonly mountPoints: string[],
+  ) {
+    this.route = new ProxyRoute(join(slotDir, "proxy"));
+  }
+
+  static async start(cfg: AgentSandboxConfig): Promise<AgentSandbox> {
+    const slot = mkdtempSync(join(tmpdir(), "lego-slot-"));
+    mkdirSync(join(slot, "proxy"));
+    chmodSync(slot, 0o755);
+    chmodSync(join(slot, "proxy"), 0o755);
+    const mounts: BindMount[] = [
+      { hostPath: hostToolsDir(), containerPath: IN_CONTAINER.tools, readOnly: true },
+      { hostPath: join(slot, "proxy"), containerPath: IN_CONTAINER.proxyDir, readOnly: true },
+      ...(cfg.runtimes ?? []).map((r) => ({ hostPath: r.hostPath, containerPath: `${IN_CONTAINER.runtimes}/${r.name}`, readOnly: true })),
+    ];
+    let sandbox: Sandbox;
+    try {
+      sandbox = await Sandbox.start({
+        image: cfg.image,
+        rolloutId: cfg.rolloutId,
+        stage: "agent",
+        mounts,
+        ...(cfg.limits ? { limits: cfg.limits } : {}),
+        env: { PATH: `${IN_CONTAINER.tools}/bin:/usr/local/bin:/usr/bin:/bin` },
+      });
+    } catch (e) {
+      rmSync(slot, { recursive: true, force: true });
+      throw e;
+    }
+    const { pid } = await sandbox.state();
+    return new AgentSandbox(sandbox, slot, await armNetworkGuard(pid), pid, [...mounts.map((m) => m.containerPath), "/tmp"]);
+  }
+
+  /** Commands the git shim recorded as history probes (read from the host, also while paused). */
+  gitProbes(): string[] {
+    try {
+      return readFileSync(`/proc/${this.pid}/root${IN_CONTAINER.gitProbeLog}`, "utf8").split("\n").filter(Boolean);
+    } catch {
+      return []; // no probe logged (or not root on the host: the detector is silent)
+    }
+  }
+
+  async remove(): Promise<void> {
+    await this.route.close();
+    try {
+      await this.sandbox.remove();
+    } finally {
+      rmSync(this.slotDir, { recursive: true, force: true });
+    }
+  }
+}

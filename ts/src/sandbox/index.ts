@@ -1,0 +1,19 @@
+/** Public surface of the sandbox component. */
+export type { DefenseFlag, EnvErrorKind, OutcomeStatus, RolloutOutcome, SandboxLimits, SandboxStage } from "./types.ts";
+export { DEFAULT_LIMITS, LABEL } from "./types.ts";
+export { SandboxEnvError, TaskFormatError, isSandboxEnvError } from "./errors.ts";
+export { DEFAULT_BASE, baseImageTag, ensureBaseImage, type BaseImageSpec } from "./base-image.ts";
+export { ensureTaskImage, taskImageTag, type TaskImage } from "./task-image.ts";
+export { loadTask, type TaskConfig, type TaskDefinition } from "./task.ts";
+export { Sandbox, type ExecOptions, type ExecResult, type SandboxSpec } from "./container.ts";
+export { AgentSandbox, type RuntimeMount } from "./agent-sandbox.ts";
+export { WarmPool, type WarmPoolConfig } from "./warm-pool.ts";
+export { ConcurrencyLimit } from "./concurrency.ts";
+export { RolloutRunner, DEFAULT_RUNNER_CONFIG, type RolloutRunnerConfig } from "./rollout-runner.ts";
+export type { AgentProgram, RolloutRequest } from "./stages.ts";
+export { DEFAULT_PROTECTED_PATHS, ProtectedPaths } from "./protected-paths.ts";
+export { FORWARDER_PORT } from "./proxy-route.ts";
+export { reapDeadRuns } from "./reaper.ts";
+export { collectImages, type ImageGcPolicy } from "./image-gc.ts";
+export { checkTask, type TaskCheck } from "./check.ts";
+export { sandboxCommand } from "./cli.ts";

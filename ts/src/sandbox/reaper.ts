@@ -1,0 +1,52 @@
+/**
+ * Removes containers left behind by runs whose process is gone (killed,
+ * crashed). Safe to call at any time: containers of live runs are kept.
+ */
+import { dockerClient } from "./docker.ts";
+import { daemonError } from "./errors.ts";
+import { ownerAlive } from "./run-identity.ts";
+import { LABEL, OWNER } from "./types.ts";
+
+export interface ReapReport {
+  removed: string[];
+  kept: number;
+}
+
+export interface ReapOptions {
+  /** Also remove containers of these run ids even if their process lives. */
+  runIds?: string[];
+}
+
+export async function reapDeadRuns(opts: ReapOptions = {}): Promise<ReapReport> {
+  const docker = dockerClient();
+  let list: Awaited<ReturnType<typeof docker.listContainers>>;
+  try {
+    list = await docker.listContainers({ all: true, filters: { label: [`${LABEL.owner}=${OWNER}`] } });
+  } catch (e) {
+    throw daemonError(e, "list containers for the reaper");
+  }
+  const doomed = list.filter((c) => {
+    const labels = c.Labels ?? {};
+    if (opts.runIds?.includes(labels[LABEL.run] ?? "")) return true;
+    const [pid, start] = (labels[LABEL.pid] ?? "").split(":");
+    if (!pid || !start) return true; // unlabelled owner: nobody will ever remove it
+    return !ownerAlive(Number(pid), start, labels[LABEL.host] ?? "");
+  });
+  await Promise.all(
+    doomed.map((c) =>
+      docker
+        .getContainer(c.Id)
+        .remove({ force: true, v: true })
+        .catch((e: { statusCode?: number }) => {
+          if (e.statusCode !== 404 && e.statusCode !== 409) throw daemonError(e, `reap ${c.Id.slice(0, 12)}`);
+        }),
+    ),
+  );
+  return { removed: doomed.map((c) => c.Id), kept: list.length - doomed.length };
+}
+
+/** Containers of one run that still exist (tests assert this is zero). */
+export async function containersOfRun(runId: string): Promise<string[]> {
+  const list = await dockerClient().listContainers({ all: true, filters: { label: [`${LABEL.run}=${runId}`] } });
+  return list.map((c) => c.Id);
+}

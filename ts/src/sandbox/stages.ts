@@ -1,0 +1,210 @@
+/**
+ * One rollout as three stages:
+ *   setup    agent container (warm pool or fresh): git history sanitised,
+ *            proxy route attached, forwarder listening;
+ *   agent    the agent program runs with its limits; detectors read after;
+ *   grading  a fresh container from the pristine image gets the agent's file
+ *            set (protected paths dropped), the hidden tests and the verdict.
+ * Failures are typed: SandboxEnvError → env_error (retried by RolloutRunner,
+ * never trained on); the agent's own failures → agent_error or timeout.
+ */
+import { AgentSandbox, IN_CONTAINER, type RuntimeMount } from "./agent-sandbox.ts";
+import { Sandbox } from "./container.ts";
+import { AgentLimitError, SandboxEnvError } from "./errors.ts";
+import { SANITIZE_GIT_SCRIPT } from "./git-history.ts";
+import { applyWorkspaceChange, lockProtectedFiles, runGrader } from "./grader.ts";
+import { networkAttempts, resourceCounters } from "./host-probes.ts";
+import { ProtectedPaths } from "./protected-paths.ts";
+import { FORWARDER_PORT, ROUTE_SOCKET } from "./proxy-route.ts";
+import type { TaskDefinition } from "./task.ts";
+import { WORKSPACE, type DefenseFlag, type RolloutOutcome, type SandboxLimits, type SandboxStage } from "./types.ts";
+import { diffWorkspace, snapshotOf } from "./workspace-files.ts";
+
+/** What runs in the agent stage: a harness launch line, or a test's scripted agent. */
+export interface AgentProgram {
+  /** bash script, run in /workspace as the agent user. */
+  script: string;
+  env?: Record<string, string>;
+}
+
+export interface RolloutRequest {
+  task: TaskDefinition;
+  /** Task image tag (from ensureTaskImage). */
+  image: string;
+  agent: AgentProgram;
+  rolloutId: string;
+  /** The proxy session's Unix socket; without it the agent has no route out at all. */
+  proxySocket?: string;
+  /** Overrides task.toml [agent] timeout_sec. */
+  agentTimeoutSec?: number;
+  /**
+   * Asked once the agent stage ends: the proxy session's report of an
+   * inference-engine failure during the stage (engine down, refused), or
+   * undefined. A failure makes the attempt env_error `engine_unreachable`:
+   * the agent was cut off from its model, so its outcome says nothing.
+   */
+  engineFault?: () => string | undefined;
+}
+
+/** Where stage containers come from: the warm pool or a fresh start. */
+export interface SandboxSource {
+  agent(image: string, rolloutId: string): Promise<AgentSandbox>;
+  grading(image: string, rolloutId: string): Promise<Sandbox>;
+  /** Removal off the rollout's critical path; the source tracks it until drained. */
+  discard(box: AgentSandbox | Sandbox): void;
+}
+
+export interface StageConfig {
+  limits: SandboxLimits;
+  runtimes: RuntimeMount[];
+  /** "restore": drop changes to protected paths and grade; "reject": reward 0 without grading. */
+  onProtectedChange: "restore" | "reject";
+  /** Largest agent workspace (as tar) copied to grading; beyond it the rollout is agent_error. */
+  maxWorkspaceBytes: number;
+}
+
+/**
+ * Files outside the workspace the agent stage changed. Directories on the way
+ * to another change, and our own mount points (which `docker diff` lists as
+ * added), are not writes.
+ */
+export function writesOutsideWorkspace(changes: Array<{ path: string; kind: string }>, mountPoints: string[]): string[] {
+  const under = (p: string, dir: string) => p === dir || p.startsWith(`${dir}/`);
+  const paths = changes
+    .map((c) => c.path)
+    .filter((p) => !under(p, WORKSPACE) && !mountPoints.some((m) => under(m, p) || under(p, m)));
+  return paths.filter((p) => !paths.some((q) => q.startsWith(`${p}/`)));
+}
+
+/**
+ * Stops every process the agent left. Freezing is preferred (it also stops a
+ * fork bomb mid-fork); runc's freezer can give up under heavy load ("unable
+ * to freeze"), and then SIGKILL to every process of the agent's uid does the
+ * same job (PID 1 is root and survives it).
+ */
+async function quiesce(sb: Sandbox): Promise<void> {
+  try {
+    await sb.pause();
+    return;
+  } catch (e) {
+    if (!(e instanceof SandboxEnvError) || e.kind !== "daemon_error") throw e;
+  }
+  const r = await sb.exec(["kill", "-KILL", "-1"], { timeoutMs: 30_000 });
+  // kill -1 also kills itself: 137 is its own SIGKILL, i.e. success.
+  if (r.exitCode !== 0 && r.exitCode !== 137) {
+    throw new SandboxEnvError("daemon_error", `could not stop the agent's processes: pause failed and kill exited ${r.exitCode}`, sb.context());
+  }
+}
+
+/** Pristine /workspace per image. Tags are content hashes, so an entry never goes stale. */
+const pristineCache = new Map<string, ReturnType<typeof snapshotOf>>();
+const PRISTINE_CACHE_ENTRIES = 32;
+
+async function pristineWorkspace(image: string, fresh: Sandbox): Promise<ReturnType<typeof snapshotOf>> {
+  const hit = pristineCache.get(image);
+  if (hit) return hit;
+  const snap = snapshotOf(await fresh.getFiles(WORKSPACE));
+  if (pristineCache.size >= PRISTINE_CACHE_ENTRIES) pristineCache.delete(pristineCache.keys().next().value!);
+  pristineCache.set(image, snap);
+  return snap;
+}
+
+export async function runStages(req: RolloutRequest, source: SandboxSource, cfg: StageConfig): Promise<RolloutOutcome> {
+  const flags = new Set<DefenseFlag>();
+  const timingsMs: Partial<Record<SandboxStage, number>> = {};
+  const out = (o: Pick<RolloutOutcome, "status" | "reward"> & Partial<RolloutOutcome>): RolloutOutcome => ({
+    defenseFlags: [...flags].sort(),
+    attempts: 1,
+    timingsMs,
+    log: "",
+    ...o,
+  });
+  let box: AgentSandbox | undefined;
+  let grading: Sandbox | undefined;
+  try {
+    // ── setup
+    let t = performance.now();
+    box = await source.agent(req.image, req.rolloutId);
+    const sb = box.sandbox;
+    const git = await sb.sh(SANITIZE_GIT_SCRIPT, { timeoutMs: 60_000 });
+    if (git.exitCode !== 0) {
+      throw new SandboxEnvError("setup_failed", `git sanitise exited ${git.exitCode}: ${git.stderr}`, sb.context());
+    }
+    const env: Record<string, string> = { ...req.agent.env };
+    if (req.proxySocket) {
+      await box.route.attach(req.proxySocket);
+      const fwd = await sb.exec(["python3", "-I", `${IN_CONTAINER.tools}/forwarder.py`, String(FORWARDER_PORT), `${IN_CONTAINER.proxyDir}/${ROUTE_SOCKET}`], { timeoutMs: 30_000 });
+      if (fwd.exitCode !== 0) throw new SandboxEnvError("setup_failed", `proxy forwarder: ${fwd.stderr}`, sb.context());
+      env.LEGO_PROXY_URL = `http://127.0.0.1:${FORWARDER_PORT}`;
+    }
+    timingsMs.setup = performance.now() - t;
+
+    // ── agent
+    t = performance.now();
+    const limitSec = req.agentTimeoutSec ?? req.task.config.agentTimeoutSec;
+    const run = await sb.exec(["bash", "-c", req.agent.script], {
+      timeoutMs: limitSec * 1000,
+      env: { PATH: `${IN_CONTAINER.tools}/bin:/usr/local/bin:/usr/bin:/bin`, HOME: "/tmp", ...env },
+    });
+    // The stage is over: nothing the agent left running (a backgrounded process,
+    // a fork bomb) may touch the workspace while it is copied out. Freezing the
+    // cgroup stops them all at once; copy-out, diff and the host probes work on a
+    // paused container, and exec (which a fork bomb could starve) is not needed.
+    const { pid, running } = await sb.state();
+    if (running) await quiesce(sb);
+    if (box.netGuardArmed && running && (await networkAttempts(pid)) > 0) flags.add("network_attempt");
+    const res = resourceCounters(sb.id);
+    if (res.pidsLimitHits > 0 || res.oomKills > 0) flags.add("resource_limit");
+    if (box.gitProbes().length > 0) flags.add("git_history_probe");
+    const outside = writesOutsideWorkspace(await sb.changes(), box.mountPoints);
+    if (outside.length) flags.add("write_outside_workspace");
+    if (outside.some((p) => p.startsWith("/logs/verifier"))) flags.add("grader_spoofing");
+    timingsMs.agent = performance.now() - t;
+    const engineFault = req.engineFault?.();
+    if (engineFault) throw new SandboxEnvError("engine_unreachable", engineFault, sb.context(), "check the inference engine behind the proxy");
+    if (run.timedOut) {
+      flags.add("timeout");
+      return out({ status: "timeout", reward: 0, log: run.stderr.slice(-4000) });
+    }
+    if (!running) {
+      // The agent's processes cannot stop PID 1 (docker-init) short of an OOM kill of it.
+      if (res.oomKills > 0) return out({ status: "agent_error", reward: 0 });
+      throw new SandboxEnvError("container_died", "agent container stopped during the agent stage", sb.context());
+    }
+    if (run.exitCode !== 0) return out({ status: "agent_error", reward: 0, log: run.stderr.slice(-4000) });
+    const agentFiles = await sb.getFiles(WORKSPACE, cfg.maxWorkspaceBytes);
+    source.discard(box);
+    box = undefined;
+
+    // ── grading
+    t = performance.now();
+    grading = await source.grading(req.image, req.rolloutId);
+    const pristine = await pristineWorkspace(req.image, grading);
+    const protectedPaths = ProtectedPaths.forTask(req.task.config.protectedPaths);
+    const change = diffWorkspace(pristine, snapshotOf(agentFiles), protectedPaths);
+    if (change.tampered.length) flags.add("tampered_test_path");
+    if (change.escapingLinks.length) flags.add("write_outside_workspace");
+    if (change.tampered.length && cfg.onProtectedChange === "reject") {
+      timingsMs.grading = performance.now() - t;
+      return out({ status: "agent_error", reward: 0, log: `rejected: changed protected paths ${change.tampered.join(", ")}` });
+    }
+    await applyWorkspaceChange(grading, change);
+    await lockProtectedFiles(grading, pristine, protectedPaths);
+    const verdict = await runGrader(grading, req.task);
+    timingsMs.grading = performance.now() - t;
+    if (verdict.spoofed) flags.add("grader_spoofing");
+    if (verdict.timedOut) {
+      flags.add("timeout");
+      return out({ status: "timeout", reward: 0, log: verdict.log.slice(-4000) });
+    }
+    return out({ status: "ok", reward: verdict.reward, log: verdict.log.slice(-4000) });
+  } catch (e) {
+    if (e instanceof AgentLimitError) return out({ status: "agent_error", reward: 0, log: e.message });
+    if (!(e instanceof SandboxEnvError)) throw e;
+    return out({ status: "env_error", reward: null, envError: { kind: e.kind, message: e.message } });
+  } finally {
+    if (box) source.discard(box);
+    if (grading) source.discard(grading);
+  }
+}
+

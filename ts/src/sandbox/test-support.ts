@@ -1,0 +1,42 @@
+/**
+ * Shared by the sandbox test files (no vitest globalSetup): builds the base
+ * image once per machine if it is missing (a few minutes on a fresh machine,
+ * under a host lock so parallel test files wait for one build) and the
+ * fixture task images on top of it.
+ */
+import { fileURLToPath } from "node:url";
+import { ensureBaseImage } from "./base-image.ts";
+import { loadTask, type TaskDefinition } from "./task.ts";
+import { ensureTaskImage, type TaskImage } from "./task-image.ts";
+import { currentRun } from "./run-identity.ts";
+import { containersOfRun } from "./reaper.ts";
+
+export const FIXTURES = fileURLToPath(new URL("./fixtures/tasks/", import.meta.url));
+
+export function fixtureTask(name: "fix-add" | "greet"): TaskDefinition {
+  return loadTask(`${FIXTURES}${name}`);
+}
+
+export async function fixtureImage(name: "fix-add" | "greet"): Promise<{ task: TaskDefinition; image: TaskImage }> {
+  const base = await ensureBaseImage();
+  const task = fixtureTask(name);
+  return { task, image: await ensureTaskImage(task, base.tag) };
+}
+
+/**
+ * Hook timeout for a file's image preparation: on a fresh machine the first
+ * file builds the base image (~45 s alone, longer with two workers busy) while
+ * the others wait on the host lock.
+ */
+export const IMAGE_BUILD_TIMEOUT_MS = 600_000;
+
+/** Base image and both fixture task images, built if missing. */
+export async function fixtureImages(): Promise<void> {
+  await fixtureImage("fix-add");
+  await fixtureImage("greet");
+}
+
+/** Containers this test process still owns (tests assert it is empty after cleanup). */
+export function leftoverContainers(): Promise<string[]> {
+  return containersOfRun(currentRun().runId);
+}
