@@ -1,0 +1,112 @@
+/**
+ * A deterministic engine for tests, harness integration and benchmarks.
+ *
+ * Replies come from a script (text, tokenized with the real tokenizer, or raw
+ * token ids). Logprobs and routing are fake but a pure function of
+ * (prompt length, position, token), so two runs of one script produce the same
+ * bytes. No sleeps: chunks are yielded as fast as the consumer pulls them.
+ */
+import type { Routing } from "../proxy/records.ts";
+import { EngineAbortedError, EngineError, type EngineClient, type GenerateChunk, type GenerateRequest } from "./types.ts";
+
+/** One reply: text is encoded with `encode` and the end-of-turn token is appended unless `finish` is "length". */
+export type ScriptedReply =
+  | { text: string; finish?: "stop" | "length" }
+  | { token_ids: number[]; finish?: "stop" | "length" };
+
+export interface ScriptedCall {
+  /** 0-based index of this call on the engine. */
+  index: number;
+  prompt_ids: Int32Array | number[];
+}
+
+export interface ScriptedEngineConfig {
+  /** Replies in call order, or a function of the call. */
+  script: ScriptedReply[] | ((call: ScriptedCall) => ScriptedReply);
+  /** Turns reply text into token ids (the proxy's tokenizer). */
+  encode: (text: string) => number[];
+  /** Appended to text replies that finish with "stop" (Qwen3: <|im_end|> = 151645). */
+  endOfTurnId: number;
+  /** Tokens per streamed chunk. */
+  chunkSize?: number;
+  /** MoE shape of the fake routing; omit for a dense model (routing null). */
+  moe?: { layers: number; topK: number; experts: number };
+  policyVersion?: number;
+}
+
+export class ScriptedEngine implements EngineClient {
+  readonly name = "scripted";
+  private calls = 0;
+  /** Prompts the engine received, in order (what "the engine saw"). */
+  readonly prompts: Int32Array[] = [];
+
+  constructor(private readonly config: ScriptedEngineConfig) {}
+
+  get callCount(): number {
+    return this.calls;
+  }
+
+  async *generate(req: GenerateRequest, signal?: AbortSignal): AsyncIterable<GenerateChunk> {
+    const index = this.calls++;
+    this.prompts.push(Int32Array.from(req.prompt_ids));
+    const reply = this.replyFor({ index, prompt_ids: req.prompt_ids });
+    const finishByScript = reply.finish ?? "stop";
+    let ids = "text" in reply ? this.config.encode(reply.text) : reply.token_ids.slice();
+    if ("text" in reply && finishByScript === "stop") ids.push(this.config.endOfTurnId);
+    let finish: "stop" | "length" = finishByScript;
+    if (ids.length > req.sampling.max_tokens) {
+      ids = ids.slice(0, req.sampling.max_tokens);
+      finish = "length";
+    }
+    const stop = new Set(req.sampling.stop_token_ids);
+    const stopAt = ids.findIndex((t) => stop.has(t));
+    if (stopAt >= 0 && stopAt < ids.length - 1) {
+      ids = ids.slice(0, stopAt + 1);
+      finish = "stop";
+    }
+    const size = Math.max(1, this.config.chunkSize ?? 4);
+    const promptLen = req.prompt_ids.length;
+    for (let start = 0; start < ids.length || start === 0; start += size) {
+      // Yield to the event loop between chunks so aborts and other sessions interleave.
+      await Promise.resolve();
+      if (signal?.aborted) throw new EngineAbortedError(this.name, req.request_id);
+      const part = ids.slice(start, start + size);
+      const last = start + size >= ids.length;
+      yield {
+        token_ids: part,
+        logprobs: part.map((t, i) => fakeLogprob(promptLen + start + i, t)),
+        routing: this.fakeRouting(part, promptLen + start),
+        policy_version: this.config.policyVersion ?? 0,
+        finish_reason: last ? finish : null,
+      };
+      if (last) break;
+    }
+  }
+
+  async close(): Promise<void> {}
+
+  private replyFor(call: ScriptedCall): ScriptedReply {
+    const { script } = this.config;
+    if (typeof script === "function") return script(call);
+    const reply = script[call.index];
+    if (!reply) throw new EngineError(this.name, `script has ${script.length} replies; call ${call.index} has none`);
+    return reply;
+  }
+
+  private fakeRouting(ids: number[], position: number): Routing | null {
+    const moe = this.config.moe;
+    if (!moe) return null;
+    const out = moe.experts <= 256 ? new Uint8Array(ids.length * moe.layers * moe.topK) : new Uint16Array(ids.length * moe.layers * moe.topK);
+    let o = 0;
+    for (let i = 0; i < ids.length; i++)
+      for (let l = 0; l < moe.layers; l++)
+        for (let k = 0; k < moe.topK; k++) out[o++] = ((ids[i]! + position + i) * 31 + l * 7 + k) % moe.experts;
+    return out;
+  }
+}
+
+/** A fixed, finite, negative pseudo-logprob in (-2, 0). */
+export function fakeLogprob(position: number, token: number): number {
+  const h = Math.imul(position ^ 0x9e3779b9, 0x85ebca6b) ^ Math.imul(token, 0xc2b2ae35);
+  return -(((h >>> 0) % 1999) + 1) / 1000;
+}

@@ -1,0 +1,74 @@
+/**
+ * The engine boundary: token ids in, token ids + logprobs + routing out.
+ * The proxy never depends on which engine is behind this interface (DESIGN.md
+ * "Engines"); every client (scripted, vLLM, SGLang, the Python engine over
+ * ZeroMQ) implements `EngineClient`.
+ */
+import type { FinishReason, Routing } from "../proxy/records.ts";
+
+export interface SamplingParams {
+  temperature: number;
+  top_p: number;
+  max_tokens: number;
+  /** Generation stops after sampling one of these (the token is returned). */
+  stop_token_ids: number[];
+  seed: number | null;
+}
+
+export interface GenerateRequest {
+  /** Unique per call; engines use it to abort and to correlate logs. */
+  request_id: string;
+  prompt_ids: Int32Array | number[];
+  sampling: SamplingParams;
+}
+
+/** A run of newly sampled tokens. Chunks of one call concatenate. */
+export interface GenerateChunk {
+  token_ids: number[];
+  /** Log-probability of each sampled token under the raw policy; one per token. */
+  logprobs: number[];
+  /** Experts per sampled token, flattened [token_ids.length, layers, top_k]; null for dense models. */
+  routing: Routing | null;
+  /**
+   * Per token of this chunk: 1 where `routing` holds the engine's choice, 0
+   * where it is padding (SGLang reports no routing for the last sampled token,
+   * which was never fed back as input). Omitted means all 1.
+   */
+  routing_recorded?: Uint8Array | null;
+  /** Experts per prompt token from prefill, flattened [prompt, layers, top_k]; sent at most once. */
+  prompt_routing?: Routing | null;
+  policy_version: number;
+  /** Set on the last chunk only. */
+  finish_reason: FinishReason | null;
+}
+
+export interface EngineClient {
+  readonly name: string;
+  /** Streams the completion. Aborting `signal` stops the engine-side request; the iterator then throws `EngineAbortedError`. */
+  generate(req: GenerateRequest, signal?: AbortSignal): AsyncIterable<GenerateChunk>;
+  close(): Promise<void>;
+}
+
+/** The engine could not serve a request (bad response, HTTP error, transport down). */
+export class EngineError extends Error {
+  constructor(
+    readonly engine: string,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`${engine} engine: ${message}`, options);
+    this.name = "EngineError";
+  }
+}
+
+/** The caller aborted the request (client disconnect). */
+export class EngineAbortedError extends Error {
+  constructor(readonly engine: string, readonly requestId: string) {
+    super(`${engine} engine: request ${requestId} aborted`);
+    this.name = "EngineAbortedError";
+  }
+}
+
+export function isEngineAbortedError(e: unknown): e is EngineAbortedError {
+  return e instanceof EngineAbortedError;
+}

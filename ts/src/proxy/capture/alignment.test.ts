@@ -1,0 +1,206 @@
+/**
+ * Token alignment across multi-turn sessions whose clients re-serialize what
+ * they echo back. For every scenario: each turn's prompt is exactly what the
+ * engine received, segments are prompt + completion token-exactly, and the
+ * count of re-tokenized policy tokens is 0.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import type { ScriptedEngine, ScriptedReply } from "../../engine/scripted.ts";
+import { TokenProvenance, type Turn } from "../records.ts";
+import type { ProxyServer, ProxySession } from "../server.ts";
+import { checkSegment, MODEL_NAME, qwen3, qwen3ToolCall, scriptedEngine, startProxy } from "../test-support.ts";
+import type { SessionRecords } from "./session-capture.ts";
+import type { RoutingShape } from "../../schema/index.ts";
+
+type Msg = Record<string, unknown>;
+const tools = [{ type: "function", function: { name: "run", parameters: { type: "object", properties: { cmd: { type: "string" }, cwd: { type: "string" } } } } }];
+const anthropicTools = [{ name: "Bash", input_schema: { type: "object", properties: { command: { type: "string" }, timeout: { type: "number" } } } }];
+
+let proxy: ProxyServer | null = null;
+afterEach(async () => {
+  await proxy?.close();
+  proxy = null;
+});
+
+async function setup(script: ScriptedReply[], moe?: { layers: number; topK: number; experts: number }) {
+  const engine = scriptedEngine(qwen3(), script, moe ? { moe } : {});
+  proxy = await startProxy(engine);
+  return { engine, session: proxy.createSession("s"), proxy };
+}
+
+async function chat(s: ProxySession, messages: Msg[], extra: Msg = {}): Promise<Msg> {
+  const res = await fetch(`${s.baseUrl}/v1/chat/completions`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${s.secret}` },
+    body: JSON.stringify({ model: MODEL_NAME, messages, tools, ...extra }),
+  });
+  const body = (await res.json()) as { choices: Array<{ message: Msg }> };
+  expect(res.status).toBe(200);
+  return body.choices[0]!.message;
+}
+
+async function anthropic(s: ProxySession, messages: Msg[], system = "You are Claude Code."): Promise<Msg> {
+  const res = await fetch(`${s.baseUrl}/v1/messages?beta=true`, {
+    method: "POST",
+    headers: { "x-api-key": s.secret },
+    body: JSON.stringify({ model: MODEL_NAME, max_tokens: 256, system: [{ type: "text", text: system }], messages, tools: anthropicTools }),
+  });
+  expect(res.status).toBe(200);
+  return (await res.json()) as Msg;
+}
+
+/** The contract every scenario must meet; returns the records for scenario-specific checks. */
+function expectAligned(records: SessionRecords, engine: ScriptedEngine, routing: RoutingShape | null = null): SessionRecords {
+  const all: Turn[] = [...records.turns, ...records.audit.map((a) => a.turn)];
+  const byId = new Map(all.map((t) => [t.turn_id, t]));
+  // Every turn's prompt is what the engine was sent, call for call.
+  const sent = all.map((t) => Number(t.turn_id.split("turn-")[1]));
+  for (const [i, t] of all.entries()) expect(Array.from(t.prompt_ids)).toEqual(Array.from(engine.prompts[sent[i]!]!));
+  let retokenized = 0;
+  for (const seg of records.segments) retokenized += checkSegment(seg, byId, routing).retokenizedPolicyTokens;
+  expect(retokenized).toBe(0);
+  return records;
+}
+
+/** Re-serializes like Claude Code: different key order and spacing. */
+function reserialize(args: string): string {
+  const v = JSON.parse(args) as Record<string, unknown>;
+  return JSON.stringify(Object.fromEntries(Object.entries(v).reverse()), null, 1);
+}
+
+describe("segments stay token-exact when clients re-serialize history", () => {
+  it("merges a three-turn tool session into one segment despite re-serialized arguments and whitespace", async () => {
+    const { engine, session, proxy } = await setup([
+      { text: `Checking.\n${qwen3ToolCall("run", { cmd: "ls", cwd: "/w" })}` },
+      { text: qwen3ToolCall("run", { cmd: "cat a.txt", cwd: "/w" }) },
+      { text: "The answer is 42." },
+    ]);
+    const messages: Msg[] = [{ role: "system", content: "Agent." }, { role: "user", content: "What is in /w?" }];
+    for (let turn = 0; turn < 3; turn++) {
+      const reply = await chat(session, messages);
+      const calls = (reply["tool_calls"] as Array<{ id: string; function: { name: string; arguments: string } }> | undefined) ?? [];
+      // The client pads content with whitespace and re-serializes the arguments.
+      messages.push({ role: "assistant", content: `  ${reply["content"] ?? ""}\n`, tool_calls: calls.map((c) => ({ ...c, type: "function", function: { ...c.function, arguments: reserialize(c.function.arguments) } })) });
+      for (const c of calls) messages.push({ role: "tool", tool_call_id: c.id, content: `output of ${c.function.arguments}` });
+      if (calls.length === 0) break;
+    }
+    const records = expectAligned(proxy.closeSession(session.id), engine);
+    expect(records.segments.map((s) => [s.thread, s.seal_reason, s.turns.length])).toEqual([["main", "finished", 3]]);
+    expect(records.audit).toEqual([]);
+    expect(records.counters).toMatchObject({ main_turns: 3, tool_calls: 2 });
+  });
+
+  it("matches assistant turns by tool-call id when the harness renames the tool (Claude Code)", async () => {
+    const { engine, session, proxy } = await setup([{ text: qwen3ToolCall("Bash", { command: "ls", timeout: 5 }) }, { text: "done" }]);
+    const first = await anthropic(session, [{ role: "user", content: "ls please" }]);
+    const use = (first["content"] as Msg[]).find((b) => b["type"] === "tool_use")!;
+    await anthropic(session, [
+      { role: "user", content: "ls please" },
+      { role: "assistant", content: [{ type: "text", text: "" }, { ...use, name: "mcp__shell__Bash", input: { timeout: 5.0, command: "ls" } }] },
+      { role: "user", content: [{ type: "tool_result", tool_use_id: use["id"], content: [{ type: "text", text: "a b" }] }] },
+    ]);
+    const records = expectAligned(proxy.closeSession(session.id), engine);
+    expect(records.segments.map((s) => s.turns.length)).toEqual([2]);
+  });
+
+  it("marks the newline the template writes after <|im_end|> as template, and only sampled tokens as trainable", async () => {
+    const { engine, session, proxy } = await setup([{ text: "one" }, { text: "two" }]);
+    await chat(session, [{ role: "user", content: "a" }]);
+    await chat(session, [{ role: "user", content: "a" }, { role: "assistant", content: "one" }, { role: "user", content: "b" }]);
+    const [seg] = expectAligned(proxy.closeSession(session.id), engine).segments;
+    const end = seg!.turns[0]!.completion_end;
+    const { tokenizer, endOfTurnId } = { tokenizer: qwen3().tokenizer, endOfTurnId: qwen3().codec.endOfTurnId };
+    expect(seg!.token_ids[end - 1]).toBe(endOfTurnId);
+    expect(tokenizer.decode([seg!.token_ids[end]!])).toBe("\n");
+    expect(seg!.provenance[end]).toBe(TokenProvenance.template);
+    // The generation prompt before each completion is template too; the harness's text is prompt.
+    for (const span of seg!.turns) {
+      const start = span.completion_start;
+      expect(tokenizer.decode(seg!.token_ids.subarray(start - 3, start))).toBe("<|im_start|>assistant\n");
+      expect(Array.from(seg!.provenance.subarray(start - 4, start))).toEqual([TokenProvenance.prompt, TokenProvenance.template, TokenProvenance.template, TokenProvenance.template]);
+    }
+    expect(Array.from(seg!.loss_mask).reduce((a, b) => a + b, 0)).toBe(seg!.turns.reduce((n, t) => n + t.completion_end - t.completion_start, 0));
+  });
+
+  it("closes a turn cut by max_tokens with template tokens so the next prompt still extends it", async () => {
+    const { engine, session, proxy } = await setup([{ text: "a long answer that is cut" }, { text: "ok" }]);
+    const cut = await chat(session, [{ role: "user", content: "q" }], { max_tokens: 2 });
+    await chat(session, [{ role: "user", content: "q" }, { role: "assistant", content: cut["content"] }, { role: "user", content: "go on" }]);
+    const [seg] = expectAligned(proxy.closeSession(session.id), engine).segments;
+    expect(seg!.turns.map((t) => t.finish_reason)).toEqual(["length", "stop"]);
+    const end = seg!.turns[0]!.completion_end;
+    expect(qwen3().tokenizer.decode(seg!.token_ids.subarray(end, end + 2))).toBe("<|im_end|>\n");
+    expect(Array.from(seg!.provenance.subarray(end, end + 2))).toEqual([TokenProvenance.template, TokenProvenance.template]);
+  });
+
+  it("seals the segment when the harness compacts its history", async () => {
+    const { engine, session, proxy } = await setup([{ text: "r1" }, { text: "r2" }, { text: "r3" }]);
+    const sys = { role: "system", content: "Agent." };
+    await chat(session, [sys, { role: "user", content: "u1" }]);
+    await chat(session, [sys, { role: "user", content: "u1" }, { role: "assistant", content: "r1" }, { role: "user", content: "u2" }]);
+    await chat(session, [sys, { role: "user", content: "Summary: u1 r1 u2 r2" }, { role: "user", content: "u3" }]);
+    const records = expectAligned(proxy.closeSession(session.id), engine);
+    expect(records.segments.map((s) => [s.seal_reason, s.turns.length])).toEqual([
+      ["history_rewritten", 2],
+      ["finished", 1],
+    ]);
+  });
+
+  it("seals when a system reminder is injected into an old message, but not when appended to the new one", async () => {
+    const { engine, session, proxy } = await setup([{ text: "r1" }, { text: "r2" }, { text: "r3" }]);
+    await chat(session, [{ role: "user", content: "u1" }]);
+    const reminder = "<system-reminder>Todo list is empty.</system-reminder>";
+    await chat(session, [{ role: "user", content: "u1" }, { role: "assistant", content: "r1" }, { role: "user", content: `u2\n${reminder}` }]);
+    await chat(session, [{ role: "user", content: `${reminder}\nu1` }, { role: "assistant", content: "r1" }, { role: "user", content: `u2\n${reminder}` }, { role: "assistant", content: "r2" }, { role: "user", content: "u3" }]);
+    const records = expectAligned(proxy.closeSession(session.id), engine);
+    expect(records.segments.map((s) => [s.seal_reason, s.turns.length])).toEqual([
+      ["history_rewritten", 2],
+      ["finished", 1],
+    ]);
+  });
+
+  it("rolls a retried turn back into the audit list", async () => {
+    const { engine, session, proxy } = await setup([{ text: "r1" }, { text: "first try" }, { text: "second try" }, { text: "r3" }]);
+    const h = [{ role: "user", content: "u1" }, { role: "assistant", content: "r1" }, { role: "user", content: "u2" }];
+    await chat(session, h.slice(0, 1));
+    await chat(session, h);
+    await chat(session, h);
+    await chat(session, [...h, { role: "assistant", content: "second try" }, { role: "user", content: "u3" }]);
+    const records = expectAligned(proxy.closeSession(session.id), engine);
+    expect(records.segments.map((s) => [s.seal_reason, s.turns.length])).toEqual([["finished", 3]]);
+    expect(records.audit.map((a) => [a.reason, a.turn.turn_id])).toEqual([["rolled_back", "s/turn-1"]]);
+    expect(records.counters).toEqual({ main_turns: 3, side_thread_turns: 0, tool_calls: 0, rolled_back_turns: 1 });
+    expect(qwen3().tokenizer.decode(records.segments[0]!.token_ids)).toContain("second try");
+    expect(qwen3().tokenizer.decode(records.segments[0]!.token_ids)).not.toContain("first try");
+  });
+
+  it("records a call with another system prompt and no tools as a flagged side thread", async () => {
+    const { engine, session, proxy } = await setup([{ text: "r1" }, { text: "Title: listing" }, { text: "r2" }]);
+    await chat(session, [{ role: "system", content: "Agent." }, { role: "user", content: "u1" }]);
+    await chat(session, [{ role: "system", content: "Generate a title." }, { role: "user", content: "u1" }], { tools: undefined });
+    await chat(session, [{ role: "system", content: "Agent." }, { role: "user", content: "u1" }, { role: "assistant", content: "r1" }, { role: "user", content: "u2" }]);
+    const records = expectAligned(proxy.closeSession(session.id), engine);
+    expect(records.segments.map((s) => [s.thread, s.thread_id, s.turns.length])).toEqual([
+      ["main", "main", 2],
+      ["side", "side-1", 1],
+    ]);
+    expect(records.side_thread_ids).toEqual(["side-1"]);
+    expect(records.turns.map((t) => t.thread_id)).toEqual(["main", "side-1", "main"]);
+    expect(records.counters).toMatchObject({ main_turns: 2, side_thread_turns: 1 });
+  });
+
+  it("records MoE routing for sampled tokens and pads the rest", async () => {
+    const moe = { layers: 2, topK: 2, experts: 8 };
+    const { engine, session, proxy } = await setup([{ text: "r1" }, { text: "r2" }], moe);
+    await chat(session, [{ role: "user", content: "u1" }]);
+    await chat(session, [{ role: "user", content: "u1" }, { role: "assistant", content: "r1" }, { role: "user", content: "u2" }]);
+    const records = expectAligned(proxy.closeSession(session.id), engine, { layers: 2, top_k: 2, num_experts: 8 });
+    const seg = records.segments[0]!;
+    expect(seg.routing).toBeInstanceOf(Uint8Array);
+    expect(seg.routing!.length).toBe(seg.token_ids.length * 4);
+    expect(Array.from(seg.routing_recorded!)).toEqual(Array.from(seg.provenance, (p) => (p === TokenProvenance.sampled ? 1 : 0)));
+    const span = seg.turns[1]!;
+    const turn = records.turns[1]!;
+    expect(Array.from(seg.routing!.subarray(span.completion_start * 4, span.completion_end * 4))).toEqual(Array.from(turn.routing!));
+  });
+});

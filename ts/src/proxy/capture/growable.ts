@@ -1,0 +1,53 @@
+/** An append-only typed array with amortised O(1) push; `view()` is a zero-copy window. */
+type TypedArrayCtor<T> = { new (n: number): T };
+type Typed = Int32Array | Float32Array | Uint8Array | Uint16Array;
+
+export class Growable<T extends Typed> {
+  private buf: T;
+  length = 0;
+
+  constructor(private readonly ctor: TypedArrayCtor<T>, capacity = 1024) {
+    this.buf = new ctor(capacity);
+  }
+
+  private reserve(extra: number): void {
+    const need = this.length + extra;
+    if (need <= this.buf.length) return;
+    let cap = this.buf.length * 2;
+    while (cap < need) cap *= 2;
+    const next = new this.ctor(cap);
+    next.set(this.buf.subarray(0, this.length) as never);
+    this.buf = next;
+  }
+
+  pushAll(values: ArrayLike<number>): void {
+    this.reserve(values.length);
+    this.buf.set(values as never, this.length);
+    this.length += values.length;
+  }
+
+  /** Appends `n` copies of `value`. */
+  fill(value: number, n: number): void {
+    this.reserve(n);
+    this.buf.fill(value, this.length, this.length + n);
+    this.length += n;
+  }
+
+  truncate(n: number): void {
+    this.length = Math.min(this.length, n);
+  }
+
+  at(i: number): number {
+    return this.buf[i]!;
+  }
+
+  /** A view that is valid until the next push. */
+  view(start = 0, end = this.length): T {
+    return this.buf.subarray(start, end) as T;
+  }
+
+  /** An owned copy. */
+  copy(start = 0, end = this.length): T {
+    return this.buf.slice(start, end) as T;
+  }
+}

@@ -1,0 +1,134 @@
+/**
+ * Everything one rollout session recorded: its turns, the segments they
+ * merge into, and the audit list of turns that never train (rolled back by a
+ * retry, aborted by a client disconnect, failed in the engine).
+ *
+ * Threads: calls are grouped by their system prompt + tool names, so a
+ * sub-agent, OpenCode's title generation or a condenser gets a thread of its
+ * own. At close the first thread that offered tools (else the first thread)
+ * is the harness's `main` thread; every other one is a flagged `side` thread.
+ */
+import type { ChatMessage, ChatRequest } from "../chat.ts";
+import type { Segment, Turn } from "../records.ts";
+import { ThreadCapture, type PromptCodec, type PromptPlan } from "./thread-capture.ts";
+
+export type AuditReason = "rolled_back" | "aborted" | "error";
+
+export interface AuditEntry {
+  reason: AuditReason;
+  turn: Turn;
+}
+
+/** Called after every turn ends (live monitoring; tests use it to wait without sleeping). */
+export type TurnListener = (event: { session_id: string; turn: Turn; outcome: "committed" | AuditReason }) => void;
+
+export interface SessionRecords {
+  session_id: string;
+  /** Turns merged into segments, in call order. */
+  turns: Turn[];
+  /** Main thread first. */
+  segments: Segment[];
+  audit: AuditEntry[];
+  /** Ids of side threads (flagged: calls off the main thread). */
+  side_thread_ids: string[];
+  /** Inputs to TrajectoryMetrics (records.toml) that only the proxy sees. */
+  counters: { main_turns: number; side_thread_turns: number; tool_calls: number; rolled_back_turns: number };
+}
+
+export class SessionCapture {
+  private readonly threads = new Map<string, ThreadCapture>();
+  private readonly turns: Turn[] = [];
+  private readonly audit: AuditEntry[] = [];
+  private turnSeq = 0;
+  /** Tool calls per committed turn id (a rolled-back turn's calls are not counted). */
+  private readonly toolCalls = new Map<string, number>();
+  private segmentSeq = 0;
+  private closed: SessionRecords | null = null;
+
+  constructor(
+    readonly sessionId: string,
+    private readonly codec: PromptCodec,
+    private readonly listener: TurnListener | null = null,
+  ) {}
+
+  /** Picks the thread of `req` and plans its prompt. */
+  plan(req: ChatRequest): { thread: ThreadCapture; plan: PromptPlan } {
+    const key = threadKey(req);
+    let thread = this.threads.get(key);
+    if (!thread) {
+      thread = new ThreadCapture(key, this.threads.size, req.tools.length > 0, () => `${this.sessionId}/seg-${this.segmentSeq++}`);
+      this.threads.set(key, thread);
+    }
+    return { thread, plan: thread.plan(req, this.codec) };
+  }
+
+  nextTurnId(): string {
+    return `${this.sessionId}/turn-${this.turnSeq++}`;
+  }
+
+  /** Provisional thread id until close decides which thread is main. */
+  threadId(thread: ThreadCapture): string {
+    return `thread-${thread.index}`;
+  }
+
+  /** `routingRecorded`: per completion token, 0 where the engine reported no routing (see GenerateChunk). */
+  commit(thread: ThreadCapture, plan: PromptPlan, turn: Turn, reply: ChatMessage, routingRecorded: Uint8Array | null = null): void {
+    if (this.closed) return;
+    const { rolledBack } = thread.commit(plan, turn, reply, this.codec, routingRecorded);
+    this.turns.push(turn);
+    this.toolCalls.set(turn.turn_id, reply.tool_calls?.length ?? 0);
+    if (rolledBack) {
+      this.turns.splice(this.turns.indexOf(rolledBack), 1);
+      this.toolCalls.delete(rolledBack.turn_id);
+      this.audit.push({ reason: "rolled_back", turn: rolledBack });
+      this.listener?.({ session_id: this.sessionId, turn: rolledBack, outcome: "rolled_back" });
+    }
+    this.listener?.({ session_id: this.sessionId, turn, outcome: "committed" });
+  }
+
+  /** A turn that produced no usable completion (client gone, engine failed). */
+  recordFailed(turn: Turn, reason: "aborted" | "error"): void {
+    if (this.closed) return;
+    this.audit.push({ reason, turn });
+    this.listener?.({ session_id: this.sessionId, turn, outcome: reason });
+  }
+
+  /** Seals every open segment and returns the session's records; later calls return the same records. */
+  close(reason: "finished" | "aborted" = "finished"): SessionRecords {
+    if (this.closed) return this.closed;
+    const threads = [...this.threads.values()];
+    const main = threads.find((t) => t.hasTools && t.turnCount > 0) ?? threads.find((t) => t.turnCount > 0);
+    const label = (t: ThreadCapture) => (t === main ? "main" : `side-${t.index}`);
+    const relabel = new Map(threads.map((t) => [this.threadId(t), label(t)]));
+    const segments: Segment[] = [];
+    for (const t of main ? [main, ...threads.filter((x) => x !== main)] : threads) {
+      t.close(reason);
+      for (const d of t.sealed) segments.push(d.builder.seal(d.reason, t === main ? "main" : "side", label(t)));
+    }
+    const fix = (turn: Turn): Turn => ({ ...turn, thread_id: relabel.get(turn.thread_id) ?? turn.thread_id });
+    const turns = this.turns.map(fix);
+    const mainTurns = turns.filter((t) => t.thread_id === "main").length;
+    let toolCalls = 0;
+    for (const t of turns) if (t.thread_id === "main") toolCalls += this.toolCalls.get(t.turn_id) ?? 0;
+    this.closed = {
+      session_id: this.sessionId,
+      turns,
+      segments,
+      audit: this.audit.map((a) => ({ reason: a.reason, turn: fix(a.turn) })),
+      side_thread_ids: threads.filter((t) => t !== main && t.turnCount > 0).map(label),
+      counters: {
+        main_turns: mainTurns,
+        side_thread_turns: turns.length - mainTurns,
+        tool_calls: toolCalls,
+        rolled_back_turns: this.audit.filter((a) => a.reason === "rolled_back").length,
+      },
+    };
+    return this.closed;
+  }
+}
+
+function threadKey(req: ChatRequest): string {
+  const first = req.messages[0];
+  const system = first && first.role === "system" ? first.content : "";
+  return `${system}\u0000${req.tools.map((t) => t.name).join(",")}`;
+}

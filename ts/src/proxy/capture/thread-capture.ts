@@ -1,0 +1,222 @@
+/**
+ * One conversation thread's token history: which prompt the next call gets,
+ * and how its turn joins the open segment.
+ *
+ * Token-in-token-out (DESIGN.md "Facts from the field"): when the incoming
+ * messages are the recorded prompt messages + the recorded assistant reply +
+ * new messages, the next prompt is the segment so far (recorded prompt ids +
+ * the completion ids the engine produced) + the template's end-of-turn tail +
+ * the rendering of only the new messages. Text the policy generated is never
+ * tokenized again. Otherwise:
+ * - the same messages as the last prompt: a retry; the last turn rolls back to the audit list;
+ * - anything else (compaction, edited or injected history, new tools): the
+ *   history was rewritten; the segment is sealed and a new one starts from a full render.
+ */
+import type { ChatMessage, ChatRequest } from "../chat.ts";
+import type { ChatTemplate } from "../chat-template.ts";
+import { TokenProvenance, type Turn } from "../records.ts";
+import type { TextTokenizer } from "../tokenizer.ts";
+import { messageFingerprint, toolsFingerprint } from "./fingerprint.ts";
+import { SegmentBuilder } from "./segment-builder.ts";
+
+export interface PromptCodec {
+  template: ChatTemplate;
+  tokenizer: TextTokenizer;
+  /** The token that ends an assistant turn (Qwen3 <|im_end|>). */
+  endOfTurnId: number;
+  endOfTurnText: string;
+}
+
+type Supplied = typeof TokenProvenance.prompt | typeof TokenProvenance.template;
+
+export interface PromptPlan {
+  kind: "fresh" | "extend" | "retry";
+  /** Ids sent to the engine. */
+  prompt_ids: Int32Array;
+  /** Segment tokens kept before `pieces` (extend: all; retry: up to the last prompt). */
+  baseLength: number;
+  pieces: Array<{ ids: number[]; provenance: Supplied }>;
+  version: number;
+  messages: ChatMessage[];
+  toolsKey: string;
+  /** Why a fresh plan was needed while a segment was open; null for the first call. */
+  rewritten: boolean;
+}
+
+interface ThreadState {
+  messages: ChatMessage[];
+  reply: ChatMessage;
+  lastPromptLength: number;
+  endsWithEndOfTurn: boolean;
+  toolsKey: string;
+  lastTurn: Turn;
+}
+
+export interface SealedDraft {
+  builder: SegmentBuilder;
+  reason: "finished" | "history_rewritten" | "aborted";
+}
+
+export class ThreadCapture {
+  private builder: SegmentBuilder | null = null;
+  private state: ThreadState | null = null;
+  private version = 0;
+  readonly sealed: SealedDraft[] = [];
+  turnCount = 0;
+
+  constructor(
+    readonly key: string,
+    readonly index: number,
+    readonly hasTools: boolean,
+    private readonly newSegmentId: () => string,
+  ) {}
+
+  plan(req: ChatRequest, codec: PromptCodec): PromptPlan {
+    const toolsKey = toolsFingerprint(req.tools);
+    const base = { version: this.version, messages: req.messages, toolsKey };
+    const st = this.state;
+    const b = this.builder;
+    if (st && b && st.toolsKey === toolsKey) {
+      const k = st.messages.length;
+      const m = req.messages;
+      if (m.length >= k && sameMessages(m, st.messages, k)) {
+        if (m.length === k)
+          return { ...base, kind: "retry", prompt_ids: b.tokens.copy(0, st.lastPromptLength), baseLength: st.lastPromptLength, pieces: [], rewritten: false };
+        if (sameMessage(m[k]!, st.reply)) {
+          const ext = this.extension(st, m.slice(k + 1), req, codec);
+          if (ext) {
+            const prompt = new Int32Array(b.length + ext.reduce((n, p) => n + p.ids.length, 0));
+            prompt.set(b.tokens.view(), 0);
+            let o = b.length;
+            for (const p of ext) {
+              prompt.set(p.ids, o);
+              o += p.ids.length;
+            }
+            return { ...base, kind: "extend", prompt_ids: prompt, baseLength: b.length, pieces: ext, rewritten: false };
+          }
+        }
+      }
+    }
+    const pieces = splitGenerationPrompt(codec.template.render(req.messages, req.tools, renderOptions(req)), req, codec);
+    const prompt = new Int32Array(pieces.reduce((n, p) => n + p.ids.length, 0));
+    let o = 0;
+    for (const p of pieces) {
+      prompt.set(p.ids, o);
+      o += p.ids.length;
+    }
+    return { ...base, kind: "fresh", prompt_ids: prompt, baseLength: 0, pieces, rewritten: b !== null && b.turnCount > 0 };
+  }
+
+  /** Tail after the last completion + the new messages, or null when the template cannot render them alone. */
+  private extension(st: ThreadState, fresh: ChatMessage[], req: ChatRequest, codec: PromptCodec) {
+    const tail = codec.template.assistantTail;
+    let tailText: string;
+    if (st.endsWithEndOfTurn) {
+      if (!tail.startsWith(codec.endOfTurnText)) return null;
+      tailText = tail.slice(codec.endOfTurnText.length);
+    } else tailText = tail;
+    const cont = codec.template.renderContinuation(fresh, req.tools, renderOptions(req));
+    if (cont === null) return null;
+    return [{ ids: codec.tokenizer.encode(tailText), provenance: TokenProvenance.template as Supplied }, ...splitGenerationPrompt(cont, req, codec)];
+  }
+
+  /**
+   * Records a finished turn. Returns the turn a retry replaced (for the audit
+   * list). A plan made before another call on this thread committed is stale:
+   * its turn gets a segment of its own whose prompt is untrainable history.
+   */
+  commit(plan: PromptPlan, turn: Turn, reply: ChatMessage, codec: PromptCodec, routingRecorded: Uint8Array | null = null): { rolledBack: Turn | null } {
+    this.turnCount++;
+    if (plan.version !== this.version) {
+      const own = new SegmentBuilder(this.newSegmentId());
+      own.appendSupplied(plan.prompt_ids, TokenProvenance.prompt, turn.prompt_routing);
+      own.appendSampled(turn, turn.completion_ids, turn.logprobs, turn.routing, routingRecorded);
+      this.sealed.push({ builder: own, reason: "finished" });
+      return { rolledBack: null };
+    }
+    this.version++;
+    let rolledBack: Turn | null = null;
+    if (plan.kind === "fresh") {
+      if (this.builder && this.builder.turnCount > 0)
+        this.sealed.push({ builder: this.builder, reason: "history_rewritten" });
+      this.builder = new SegmentBuilder(this.newSegmentId());
+    } else if (plan.kind === "retry") {
+      this.builder!.rollBackLastTurn();
+      rolledBack = this.state!.lastTurn;
+    }
+    const b = this.builder!;
+    b.truncate(plan.baseLength);
+    let offset = plan.baseLength;
+    for (const p of plan.pieces) {
+      b.appendSupplied(p.ids, p.provenance, promptRouting(turn, offset, p.ids.length));
+      offset += p.ids.length;
+    }
+    b.appendSampled(turn, turn.completion_ids, turn.logprobs, turn.routing, routingRecorded);
+    const last = turn.completion_ids[turn.completion_ids.length - 1];
+    this.state = {
+      messages: plan.messages,
+      reply,
+      lastPromptLength: plan.prompt_ids.length,
+      endsWithEndOfTurn: last === codec.endOfTurnId,
+      toolsKey: plan.toolsKey,
+      lastTurn: turn,
+    };
+    return { rolledBack };
+  }
+
+  /** Seals the open segment (end of session). */
+  close(reason: "finished" | "aborted"): void {
+    if (this.builder && this.builder.turnCount > 0) this.sealed.push({ builder: this.builder, reason });
+    this.builder = null;
+    this.state = null;
+  }
+}
+
+/**
+ * Rendered text as pieces: the harness's messages (`prompt`) and the
+ * generation prompt the template appends (`template`). The split is made only
+ * where it cannot change tokenization (the generation prompt starts with an
+ * added token); otherwise the whole text stays `prompt`.
+ */
+function splitGenerationPrompt(text: string, req: ChatRequest, codec: PromptCodec): Array<{ ids: number[]; provenance: Supplied }> {
+  const gen = codec.template.generationPrompt(req.enable_thinking === undefined ? {} : { enableThinking: req.enable_thinking });
+  if (gen.length > 0 && text.endsWith(gen) && codec.tokenizer.startsWithAddedToken(gen))
+    return [
+      { ids: codec.tokenizer.encode(text.slice(0, text.length - gen.length)), provenance: TokenProvenance.prompt },
+      { ids: codec.tokenizer.encode(gen), provenance: TokenProvenance.template },
+    ];
+  return [{ ids: codec.tokenizer.encode(text), provenance: TokenProvenance.prompt }];
+}
+
+function renderOptions(req: ChatRequest) {
+  return req.enable_thinking === undefined
+    ? { addGenerationPrompt: true }
+    : { addGenerationPrompt: true, enableThinking: req.enable_thinking };
+}
+
+function promptRouting(turn: Turn, offset: number, n: number) {
+  const r = turn.prompt_routing;
+  if (!r || turn.prompt_ids.length === 0) return null;
+  const width = r.length / turn.prompt_ids.length;
+  return r.subarray(offset * width, (offset + n) * width);
+}
+
+function sameMessages(a: ChatMessage[], b: ChatMessage[], n: number): boolean {
+  for (let i = 0; i < n; i++) if (!sameMessage(a[i]!, b[i]!)) return false;
+  return true;
+}
+
+/** Identity first (cheap: the usual case is an untouched echo), then the re-serialization-tolerant fingerprint. */
+export function sameMessage(a: ChatMessage, b: ChatMessage): boolean {
+  if (a.role !== b.role) return false;
+  if (a.content === b.content && a.tool_call_id === b.tool_call_id && sameCallsExactly(a, b)) return true;
+  return messageFingerprint(a) === messageFingerprint(b);
+}
+
+function sameCallsExactly(a: ChatMessage, b: ChatMessage): boolean {
+  const x = a.tool_calls ?? [];
+  const y = b.tool_calls ?? [];
+  if (x.length !== y.length) return false;
+  for (let i = 0; i < x.length; i++) if (x[i]!.id !== y[i]!.id || x[i]!.arguments !== y[i]!.arguments) return false;
+  return true;
+}

@@ -1,0 +1,113 @@
+/**
+ * Typed errors of the proxy and their wire shapes in each API.
+ *
+ * OpenAI: `{"error":{"message","type","param","code"}}` (OpenAI API reference, "Error codes").
+ * Anthropic: `{"type":"error","error":{"type","message"}}` with types
+ * invalid_request_error 400, authentication_error 401, not_found_error 404,
+ * request_too_large 413, api_error 500, overloaded_error 529
+ * (Anthropic API docs, "Errors").
+ */
+
+export type ApiFlavor = "openai" | "anthropic";
+
+export abstract class ProxyError extends Error {
+  abstract readonly status: number;
+  abstract readonly anthropicType: string;
+  abstract readonly openaiType: string;
+  readonly openaiCode: string | null = null;
+  /** The request field at fault (OpenAI `param`), if any. */
+  readonly param: string | null = null;
+}
+
+export class InvalidRequestError extends ProxyError {
+  readonly status = 400;
+  readonly anthropicType = "invalid_request_error";
+  readonly openaiType = "invalid_request_error";
+  override readonly param: string | null;
+  constructor(message: string, param: string | null = null) {
+    super(message);
+    this.name = "InvalidRequestError";
+    this.param = param;
+  }
+}
+
+export class AuthenticationError extends ProxyError {
+  readonly status = 401;
+  readonly anthropicType = "authentication_error";
+  readonly openaiType = "invalid_request_error";
+  override readonly openaiCode = "invalid_api_key";
+  constructor(message: string) {
+    super(message);
+    this.name = "AuthenticationError";
+  }
+}
+
+export class NotFoundError extends ProxyError {
+  readonly status = 404;
+  readonly anthropicType = "not_found_error";
+  readonly openaiType = "invalid_request_error";
+  override readonly openaiCode: string | null;
+  override readonly param: string | null;
+  constructor(message: string, what: "model" | "route") {
+    super(message);
+    this.name = "NotFoundError";
+    this.openaiCode = what === "model" ? "model_not_found" : "unknown_url";
+    this.param = what === "model" ? "model" : null;
+  }
+}
+
+export class RequestTooLargeError extends ProxyError {
+  readonly status = 413;
+  readonly anthropicType = "request_too_large";
+  readonly openaiType = "invalid_request_error";
+  override readonly openaiCode = "request_too_large";
+  constructor(readonly limitBytes: number) {
+    super(`request body exceeds the proxy's limit of ${limitBytes} bytes`);
+    this.name = "RequestTooLargeError";
+  }
+}
+
+/** The engine failed while serving a call; the session stays usable. */
+export class ProxyEngineError extends ProxyError {
+  readonly status = 500;
+  readonly anthropicType = "api_error";
+  readonly openaiType = "server_error";
+  constructor(
+    readonly sessionId: string,
+    readonly turnId: string,
+    cause: unknown,
+  ) {
+    super(`engine failed on turn ${turnId} of session ${sessionId}: ${(cause as Error)?.message ?? String(cause)}`, { cause });
+    this.name = "ProxyEngineError";
+  }
+}
+
+/** The client disconnected; nothing is sent back. */
+export class ClientGoneError extends Error {
+  constructor(
+    readonly sessionId: string,
+    readonly turnId: string,
+  ) {
+    super(`client of session ${sessionId} disconnected during turn ${turnId}`);
+    this.name = "ClientGoneError";
+  }
+}
+
+export function isProxyError(e: unknown): e is ProxyError {
+  return e instanceof ProxyError;
+}
+
+/** Any error as a ProxyError; unknown errors become a 500 without leaking internals beyond the message. */
+export function asProxyError(e: unknown): ProxyError {
+  if (e instanceof ProxyError) return e;
+  return new (class extends ProxyError {
+    readonly status = 500;
+    readonly anthropicType = "api_error";
+    readonly openaiType = "server_error";
+  })(`internal proxy error: ${(e as Error)?.message ?? String(e)}`);
+}
+
+export function errorBody(flavor: ApiFlavor, e: ProxyError): Record<string, unknown> {
+  if (flavor === "anthropic") return { type: "error", error: { type: e.anthropicType, message: e.message } };
+  return { error: { message: e.message, type: e.openaiType, param: e.param, code: e.openaiCode } };
+}

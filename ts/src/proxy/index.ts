@@ -1,0 +1,19 @@
+/** The in-process LLM proxy: public surface. */
+export { ProxyServer, type ListenOn, type ProxyServerConfig, type ProxySession } from "./server.ts";
+export { loadProxyModel, type ProxyModel, type ProxyModelOptions } from "./model.ts";
+export { SessionCapture, type AuditEntry, type AuditReason, type SessionRecords, type TurnListener } from "./capture/session-capture.ts";
+export { ChatTemplate, TemplateError } from "./chat-template.ts";
+export { TextTokenizer, ModelFilesError } from "./tokenizer.ts";
+export { CompletionParser, parseCompletion, parseToolCallBody, type CompletionEvent, type ToolCallFormat } from "./tool-calls.ts";
+export type { ChatMessage, ChatRequest, ToolCall, ToolSpec } from "./chat.ts";
+export {
+  AuthenticationError,
+  ClientGoneError,
+  InvalidRequestError,
+  NotFoundError,
+  ProxyEngineError,
+  ProxyError,
+  RequestTooLargeError,
+  isProxyError,
+} from "./errors.ts";
+export { proxyCommand } from "./cli.ts";

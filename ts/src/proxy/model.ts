@@ -1,0 +1,39 @@
+/**
+ * Everything the proxy needs to know about the served model: tokenizer, chat
+ * template, end-of-turn and stop tokens, and which tool-call form it writes.
+ */
+import { ChatTemplate } from "./chat-template.ts";
+import type { PromptCodec } from "./capture/thread-capture.ts";
+import { ModelFilesError, TextTokenizer } from "./tokenizer.ts";
+import type { ToolCallFormat } from "./tool-calls.ts";
+
+export interface ProxyModelOptions {
+  /** Tool-call form in the model's completions (read its chat template). */
+  toolCallFormat?: ToolCallFormat;
+  /** Extra stop tokens besides eos (Qwen3 also stops on <|endoftext|>). */
+  extraStopTokens?: string[];
+}
+
+export interface ProxyModel {
+  modelDir: string;
+  tokenizer: TextTokenizer;
+  template: ChatTemplate;
+  codec: PromptCodec & { stopTokenIds: number[] };
+  toolCallFormat: ToolCallFormat;
+}
+
+export function loadProxyModel(modelDir: string, options: ProxyModelOptions = {}): ProxyModel {
+  const tokenizer = TextTokenizer.fromModelDir(modelDir);
+  const eos = tokenizer.config.eos_token;
+  if (eos === null) throw new ModelFilesError(modelDir, "tokenizer_config.json names no eos_token (the end-of-turn token)");
+  const template = new ChatTemplate(tokenizer.config.chat_template, tokenizer.config);
+  const endOfTurnId = tokenizer.requireTokenId(eos);
+  const extra = (options.extraStopTokens ?? ["<|endoftext|>"]).map((t) => tokenizer.tokenId(t)).filter((id): id is number => id !== undefined);
+  return {
+    modelDir,
+    tokenizer,
+    template,
+    codec: { tokenizer, template, endOfTurnId, endOfTurnText: eos, stopTokenIds: [endOfTurnId, ...extra.filter((id) => id !== endOfTurnId)] },
+    toolCallFormat: options.toolCallFormat ?? "qwen3_json",
+  };
+}

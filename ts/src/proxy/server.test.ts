@@ -1,0 +1,64 @@
+import { request } from "node:http";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import type { ProxyServer } from "./server.ts";
+import { MODEL_NAME, qwen3, scriptedEngine, startProxy } from "./test-support.ts";
+
+let proxy: ProxyServer | null = null;
+let dir: string | null = null;
+afterEach(async () => {
+  await proxy?.close();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+  proxy = null;
+  dir = null;
+});
+
+/** One HTTP exchange over a Unix socket. */
+function overSocket(socketPath: string, method: string, path: string, headers: Record<string, string>, body?: string): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ socketPath, method, path, headers }, (res) => {
+      let text = "";
+      res.on("data", (d) => (text += d)).on("end", () => resolve({ status: res.statusCode ?? 0, text }));
+    });
+    req.once("error", reject);
+    req.end(body);
+  });
+}
+
+describe("proxy server", () => {
+  it("serves a session over a Unix socket", async () => {
+    dir = mkdtempSync(join(tmpdir(), "lego-proxy-"));
+    const socketPath = join(dir, "proxy.sock");
+    proxy = await startProxy(scriptedEngine(qwen3(), [{ text: "over the socket" }]), {}, { socketPath });
+    const s = proxy.createSession("u");
+    expect(s.baseUrl).toBe("http://localhost/s/u");
+    const r = await overSocket(socketPath, "POST", "/s/u/v1/messages", { "x-api-key": s.secret }, JSON.stringify({ model: MODEL_NAME, max_tokens: 20, messages: [{ role: "user", content: "hi" }] }));
+    expect(r.status).toBe(200);
+    expect(JSON.parse(r.text)).toMatchObject({ content: [{ type: "text", text: "over the socket" }] });
+  });
+
+  it("answers Claude Code's HEAD probe without credentials, and lists models in the Anthropic shape when asked", async () => {
+    proxy = await startProxy(scriptedEngine(qwen3(), []));
+    const s = proxy.createSession("h");
+    expect((await fetch(s.baseUrl, { method: "HEAD" })).status).toBe(200);
+    expect((await fetch(`${proxy.url}/`, { method: "HEAD" })).status).toBe(200);
+    const models = await fetch(`${s.baseUrl}/v1/models`, { headers: { "x-api-key": s.secret, "anthropic-version": "2023-06-01" } });
+    expect(await models.json()).toEqual({ data: [{ type: "model", id: MODEL_NAME, display_name: MODEL_NAME, created_at: "1970-01-01T00:00:00Z" }], has_more: false, first_id: MODEL_NAME, last_id: MODEL_NAME });
+  });
+
+  it("keeps concurrent sessions' records apart and stops serving a closed session", async () => {
+    proxy = await startProxy(scriptedEngine(qwen3(), (call) => ({ text: `reply ${call.index}` })));
+    const [a, b] = [proxy.createSession("a"), proxy.createSession("b")];
+    const ask = (s: typeof a, content: string) =>
+      fetch(`${s.baseUrl}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${s.secret}` }, body: JSON.stringify({ model: MODEL_NAME, messages: [{ role: "user", content }] }) });
+    const [ra, rb] = await Promise.all([ask(a, "from a"), ask(b, "from b")]);
+    expect([ra.status, rb.status]).toEqual([200, 200]);
+    const recA = proxy.closeSession("a");
+    expect(recA.turns.map((t) => qwen3().tokenizer.decode(t.prompt_ids))).toEqual(["<|im_start|>user\nfrom a<|im_end|>\n<|im_start|>assistant\n"]);
+    expect((await ask(a, "again")).status).toBe(401);
+    expect((await ask(b, "again")).status).toBe(200);
+    expect(proxy.closeSession("b").turns).toHaveLength(2);
+  });
+});

@@ -1,0 +1,39 @@
+import { describe, expect, it } from "vitest";
+import { qwen3 } from "./test-support.ts";
+
+/** Texts that stress pre-tokenization: code, whitespace runs, CRLF, contractions, digits, CJK, emoji, combining marks, special tokens. */
+function corpus(): string[] {
+  const { template } = qwen3();
+  let seed = 42;
+  const rnd = () => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32);
+  const atoms = ["const", " x", "=", " 42", ";\n", "    ", "\t", "\r\n", "don't", " I'LL", "  \n\n ", "über", "e\u0301", "日本語", "😀👍🏽", "<|im_end|>", "<tool_call>", "{\"a\": [1, 2.5e-3]}", "__init__", "$$", " ", "\n", "ǅ", "١٢٣", "ｆｕｌｌ"];
+  const random = Array.from({ length: 300 }, () => Array.from({ length: 1 + Math.floor(rnd() * 40) }, () => atoms[Math.floor(rnd() * atoms.length)]!).join(""));
+  const rendered = template.render(
+    [
+      { role: "system", content: "You are an agent.\n\n  Rules:\n- be brief  \n" },
+      { role: "user", content: "Fix `foo()`  in src/a.ts\r\nthanks!!" },
+      { role: "assistant", content: "<think>\nplan\n</think>\n\nok", tool_calls: [{ id: "1", name: "run", arguments: '{"cmd": "ls -la  /tmp"}' }] },
+      { role: "tool", tool_call_id: "1", content: "total 0\n-rw-r--r--  1 root root    0 a.txt\n" },
+    ],
+    [{ name: "run", description: "Run", parameters: { type: "object", properties: { cmd: { type: "string" } } } }],
+    { addGenerationPrompt: true },
+  );
+  return [...random, rendered, "", " ", "\n\n\n", "a".repeat(5000)];
+}
+
+describe("tokenizer", () => {
+  it("encodes exactly like @huggingface/tokenizers, twice (cold and cached pieces)", () => {
+    const { tokenizer } = qwen3();
+    for (const text of corpus()) {
+      const reference = tokenizer.encodeWithLibrary(text);
+      expect(tokenizer.encode(text), JSON.stringify(text)).toEqual(reference);
+    }
+    for (const text of corpus()) expect(tokenizer.encode(text)).toEqual(tokenizer.encodeWithLibrary(text));
+  });
+
+  it("round-trips text through decode", () => {
+    const { tokenizer } = qwen3();
+    const text = "def f(x):\n    return x  # ünïcödé 😀\n";
+    expect(tokenizer.decode(tokenizer.encode(text))).toBe(text);
+  });
+});

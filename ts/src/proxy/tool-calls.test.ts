@@ -1,0 +1,94 @@
+import { describe, expect, it } from "vitest";
+import type { ToolSpec } from "./chat.ts";
+import { CompletionParser, parseCompletion, type CompletionEvent } from "./tool-calls.ts";
+
+const tools: ToolSpec[] = [
+  { name: "run", parameters: { type: "object", properties: { cmd: { type: "string" }, timeout: { type: "integer" }, env: { type: "object" } } } },
+];
+
+/** Feeds `text` one character at a time and merges adjacent text/reasoning events. */
+function streamed(text: string, format: "qwen3_json" | "qwen3_coder_xml"): CompletionEvent[] {
+  const p = new CompletionParser(format, tools);
+  const events = [...[...text].flatMap((ch) => p.push(ch)), ...p.finish()];
+  const merged: CompletionEvent[] = [];
+  for (const e of events) {
+    const last = merged[merged.length - 1];
+    if (last && e.kind !== "tool_call" && last.kind === e.kind) last.text += e.text;
+    else merged.push({ ...e });
+  }
+  return merged;
+}
+
+describe("Qwen3 JSON tool calls", () => {
+  const text = '<think>\nI should list files.\n</think>\n\nLet me look.\n<tool_call>\n{"name": "run", "arguments": {"cmd": "ls -la", "timeout": 5}}\n</tool_call>\n<tool_call>\n{"name": "run", "arguments": {"cmd": "pwd"}}\n</tool_call>';
+
+  it("splits reasoning, text and parallel tool calls", () => {
+    expect(parseCompletion(text, "qwen3_json", tools)).toEqual({
+      reasoning: "I should list files.",
+      content: "Let me look.",
+      calls: [
+        { name: "run", arguments: '{"cmd":"ls -la","timeout":5}' },
+        { name: "run", arguments: '{"cmd":"pwd"}' },
+      ],
+    });
+  });
+
+  it("gives the same events when the text arrives one character at a time", () => {
+    expect(streamed(text, "qwen3_json")).toEqual([
+      { kind: "reasoning", text: "I should list files." },
+      { kind: "text", text: "Let me look." },
+      { kind: "tool_call", call: { name: "run", arguments: '{"cmd":"ls -la","timeout":5}' } },
+      { kind: "tool_call", call: { name: "run", arguments: '{"cmd":"pwd"}' } },
+    ]);
+  });
+
+  it("leaves a malformed call in the text so the harness sees what the model wrote", () => {
+    const bad = 'ok <tool_call>\n{"name": "run", "arguments": {"cmd": }\n</tool_call>';
+    expect(parseCompletion(bad, "qwen3_json", tools)).toEqual({ reasoning: null, content: bad, calls: [] });
+  });
+
+  it("leaves an unterminated call in the text", () => {
+    const cut = 'x\n<tool_call>\n{"name": "run", "argu';
+    expect(parseCompletion(cut, "qwen3_json", tools).content).toBe("x<tool_call>\n{\"name\": \"run\", \"argu");
+  });
+
+  it("treats tool-call tags as text when tool parsing is off (tool_choice none)", () => {
+    expect(parseCompletion(text, "qwen3_json", tools, false).calls).toEqual([]);
+  });
+
+  it("holds back a partial tag but not ordinary text", () => {
+    const p = new CompletionParser("qwen3_json", tools);
+    expect(p.push("a < b <tool")).toEqual([{ kind: "text", text: "a < b " }]);
+    expect(p.push("s>")).toEqual([{ kind: "text", text: "<tools>" }]);
+  });
+});
+
+describe("Qwen3-Coder XML tool calls", () => {
+  const text =
+    "Running it.\n<tool_call>\n<function=run>\n<parameter=cmd>\nls -la\n</parameter>\n<parameter=timeout>\n5\n</parameter>\n<parameter=env>\n{\"A\": \"1\"}\n</parameter>\n</function>\n</tool_call>";
+
+  it("types parameters by the tool's schema: strings raw, other types as JSON", () => {
+    expect(parseCompletion(text, "qwen3_coder_xml", tools)).toEqual({
+      reasoning: null,
+      content: "Running it.",
+      calls: [{ name: "run", arguments: '{"cmd":"ls -la","timeout":5,"env":{"A":"1"}}' }],
+    });
+  });
+
+  it("streams to the same events", () => {
+    expect(streamed(text, "qwen3_coder_xml")).toEqual([
+      { kind: "text", text: "Running it." },
+      { kind: "tool_call", call: { name: "run", arguments: '{"cmd":"ls -la","timeout":5,"env":{"A":"1"}}' } },
+    ]);
+  });
+
+  it("keeps multi-line string values verbatim", () => {
+    const t = "<tool_call>\n<function=run>\n<parameter=cmd>\nline1\n\nline3\n</parameter>\n</function>\n</tool_call>";
+    expect(parseCompletion(t, "qwen3_coder_xml", tools).calls).toEqual([{ name: "run", arguments: JSON.stringify({ cmd: "line1\n\nline3" }) }]);
+  });
+
+  it("rejects junk between parameters", () => {
+    const t = "<tool_call>\n<function=run>\njunk<parameter=cmd>\nls\n</parameter>\n</function>\n</tool_call>";
+    expect(parseCompletion(t, "qwen3_coder_xml", tools).calls).toEqual([]);
+  });
+});

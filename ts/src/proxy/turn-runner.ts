@@ -1,0 +1,194 @@
+/**
+ * One LLM call, API-neutral: plan the prompt ids, stream the engine's tokens,
+ * decode and parse them into reply events, and record the Turn.
+ * The API adapters (openai-chat, anthropic-messages, openai-responses) only
+ * translate these events into their own wire shapes.
+ */
+import type { EngineClient } from "../engine/types.ts";
+import { EngineAbortedError } from "../engine/types.ts";
+import type { AssistantReply, ChatMessage, ChatRequest, ReplyStop, ToolCall } from "./chat.ts";
+import type { SessionCapture } from "./capture/session-capture.ts";
+import type { PromptCodec } from "./capture/thread-capture.ts";
+import { ProxyEngineError, ClientGoneError } from "./errors.ts";
+import type { FinishReason, Routing, Turn } from "./records.ts";
+import { CompletionParser, type ToolCallFormat } from "./tool-calls.ts";
+
+export type ReplyEvent =
+  /** The engine answered (first chunk arrived); comes first, before any content. */
+  | { kind: "start"; prompt_tokens: number }
+  | { kind: "text"; text: string }
+  | { kind: "reasoning"; text: string }
+  | { kind: "tool_call"; call: ToolCall }
+  | { kind: "done"; stop: ReplyStop; usage: Usage; reply: AssistantReply };
+
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+}
+
+export interface RunnerConfig {
+  engine: EngineClient;
+  codec: PromptCodec & { stopTokenIds: number[] };
+  toolCallFormat: ToolCallFormat;
+  /** Used when the request sets no max_tokens, and as an upper bound. */
+  maxTokens: number;
+}
+
+/** Streams one call. Throws ClientGoneError when `signal` aborts, ProxyEngineError when the engine fails. */
+export async function* runTurn(
+  cfg: RunnerConfig,
+  capture: SessionCapture,
+  req: ChatRequest,
+  toolCallIdPrefix: string,
+  signal: AbortSignal,
+): AsyncGenerator<ReplyEvent> {
+  const { thread, plan } = capture.plan(req);
+  const turnId = capture.nextTurnId();
+  const started = performance.now();
+  const started_at_ms = Date.now();
+  let firstTokenMs: number | null = null;
+  const ids: number[] = [];
+  const logprobs: number[] = [];
+  const routing: Routing[] = [];
+  const recorded: number[] = [];
+  let anyUnrecorded = false;
+  let promptRouting: Routing | null = null;
+  let policyVersion = -1;
+  let finish: FinishReason | null = null;
+  const parseCalls = req.tools.length > 0 && req.tool_choice !== "none";
+  const parser = new CompletionParser(cfg.toolCallFormat, req.tools, parseCalls);
+  const decoder = new IncrementalDecoder(cfg.codec, cfg.codec.stopTokenIds);
+  const reply: AssistantReply = { reasoning: null, content: "", tool_calls: [] };
+  const makeTurn = (finish_reason: FinishReason): Turn => ({
+    turn_id: turnId,
+    session_id: capture.sessionId,
+    thread_id: capture.threadId(thread),
+    prompt_ids: plan.prompt_ids,
+    completion_ids: Int32Array.from(ids),
+    logprobs: Float32Array.from(logprobs),
+    routing: concatRouting(routing),
+    prompt_routing: promptRouting,
+    policy_version: policyVersion,
+    finish_reason,
+    timings: { started_at_ms, first_token_ms: firstTokenMs, duration_ms: performance.now() - started },
+  });
+  function* apply(events: ReturnType<CompletionParser["push"]>): Generator<ReplyEvent> {
+    for (const e of events) {
+      if (e.kind === "tool_call") {
+        const call: ToolCall = { id: `${toolCallIdPrefix}${turnId.split("/turn-")[1]}_${reply.tool_calls.length}`, ...e.call };
+        reply.tool_calls.push(call);
+        yield { kind: "tool_call", call };
+      } else {
+        if (e.kind === "text") reply.content += e.text;
+        else reply.reasoning = (reply.reasoning ?? "") + e.text;
+        yield e;
+      }
+    }
+  }
+  const maxTokens = Math.min(req.sampling.max_tokens ?? cfg.maxTokens, cfg.maxTokens);
+  try {
+    const stream = cfg.engine.generate(
+      {
+        request_id: turnId,
+        prompt_ids: plan.prompt_ids,
+        sampling: {
+          temperature: req.sampling.temperature ?? 1,
+          top_p: req.sampling.top_p ?? 1,
+          max_tokens: maxTokens,
+          stop_token_ids: cfg.codec.stopTokenIds,
+          seed: req.sampling.seed ?? null,
+        },
+      },
+      signal,
+    );
+    for await (const chunk of stream) {
+      if (signal.aborted) break;
+      if (policyVersion === -1) yield { kind: "start", prompt_tokens: plan.prompt_ids.length };
+      if (chunk.token_ids.length > 0 && firstTokenMs === null) firstTokenMs = performance.now() - started;
+      ids.push(...chunk.token_ids);
+      logprobs.push(...chunk.logprobs);
+      if (chunk.routing) {
+        routing.push(chunk.routing);
+        if (chunk.routing_recorded) {
+          recorded.push(...chunk.routing_recorded);
+          anyUnrecorded ||= chunk.routing_recorded.includes(0);
+        } else for (let i = 0; i < chunk.token_ids.length; i++) recorded.push(1);
+      }
+      if (chunk.prompt_routing) promptRouting = chunk.prompt_routing;
+      policyVersion = chunk.policy_version;
+      yield* apply(parser.push(decoder.push(chunk.token_ids)));
+      if (chunk.finish_reason) {
+        finish = chunk.finish_reason;
+        break;
+      }
+    }
+  } catch (e) {
+    if (e instanceof EngineAbortedError || signal.aborted) {
+      capture.recordFailed(makeTurn("abort"), "aborted");
+      throw new ClientGoneError(capture.sessionId, turnId);
+    }
+    capture.recordFailed(makeTurn("error"), "error");
+    throw new ProxyEngineError(capture.sessionId, turnId, e);
+  }
+  if (signal.aborted) {
+    capture.recordFailed(makeTurn("abort"), "aborted");
+    throw new ClientGoneError(capture.sessionId, turnId);
+  }
+  if (finish === null || finish === "error" || finish === "abort") {
+    capture.recordFailed(makeTurn(finish ?? "error"), "error");
+    throw new ProxyEngineError(capture.sessionId, turnId, new Error(`engine ended the stream with finish_reason ${finish}`));
+  }
+  yield* apply(parser.push(decoder.flush()));
+  yield* apply(parser.finish());
+  const turn = makeTurn(finish);
+  const message: ChatMessage = { role: "assistant", content: reply.content, reasoning: reply.reasoning, tool_calls: reply.tool_calls };
+  capture.commit(thread, plan, turn, message, anyUnrecorded ? Uint8Array.from(recorded) : null);
+  const stop: ReplyStop = finish === "length" ? "max_tokens" : reply.tool_calls.length > 0 ? "tool_calls" : "end_turn";
+  yield { kind: "done", stop, usage: { prompt_tokens: plan.prompt_ids.length, completion_tokens: ids.length }, reply };
+}
+
+/**
+ * Decodes ids as they stream. Byte-level BPE splits multi-byte characters
+ * across tokens, so ids whose text ends in U+FFFD are held until the next push.
+ * Stop tokens (the end-of-turn token) are not part of the reply text.
+ */
+class IncrementalDecoder {
+  private pending: number[] = [];
+  private readonly stops: Set<number>;
+
+  constructor(
+    private readonly codec: { tokenizer: { decode(ids: ArrayLike<number>): string } },
+    stopIds: number[],
+  ) {
+    this.stops = new Set(stopIds);
+  }
+
+  push(ids: number[]): string {
+    for (const id of ids) if (!this.stops.has(id)) this.pending.push(id);
+    if (this.pending.length === 0) return "";
+    const text = this.codec.tokenizer.decode(this.pending);
+    if (text.endsWith("\uFFFD") && this.pending.length < 8) return "";
+    this.pending = [];
+    return text;
+  }
+
+  flush(): string {
+    if (this.pending.length === 0) return "";
+    const text = this.codec.tokenizer.decode(this.pending);
+    this.pending = [];
+    return text;
+  }
+}
+
+function concatRouting(parts: Routing[]): Routing | null {
+  if (parts.length === 0) return null;
+  if (parts.length === 1) return parts[0]!;
+  const n = parts.reduce((s, p) => s + p.length, 0);
+  const out = parts[0] instanceof Uint16Array ? new Uint16Array(n) : new Uint8Array(n);
+  let o = 0;
+  for (const p of parts) {
+    out.set(p, o);
+    o += p.length;
+  }
+  return out;
+}

@@ -1,0 +1,61 @@
+/** Field readers for request bodies: each names the field path it rejects. */
+import { InvalidRequestError } from "./errors.ts";
+
+export type Json = Record<string, unknown>;
+
+export function obj(v: unknown, path: string): Json {
+  if (!v || typeof v !== "object" || Array.isArray(v)) throw new InvalidRequestError(`${path}: expected an object`, path);
+  return v as Json;
+}
+
+export function arr(v: unknown, path: string): unknown[] {
+  if (!Array.isArray(v)) throw new InvalidRequestError(`${path}: expected an array`, path);
+  return v;
+}
+
+export function str(v: unknown, path: string): string {
+  if (typeof v !== "string") throw new InvalidRequestError(`${path}: expected a string`, path);
+  return v;
+}
+
+export function optStr(v: unknown, path: string): string | undefined {
+  return v === undefined || v === null ? undefined : str(v, path);
+}
+
+export function optBool(v: unknown, path: string): boolean | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "boolean") throw new InvalidRequestError(`${path}: expected a boolean`, path);
+  return v;
+}
+
+export function optNum(v: unknown, path: string, min = -Infinity, max = Infinity): number | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "number" || !Number.isFinite(v) || v < min || v > max)
+    throw new InvalidRequestError(`${path}: expected a number in [${min}, ${max}]`, path);
+  return v;
+}
+
+export function optInt(v: unknown, path: string, min = -Infinity): number | undefined {
+  const n = optNum(v, path, min);
+  if (n !== undefined && !Number.isInteger(n)) throw new InvalidRequestError(`${path}: expected an integer`, path);
+  return n;
+}
+
+/** Tool names the way OpenAI and Anthropic accept them. */
+const TOOL_NAME = /^[a-zA-Z0-9_.:-]{1,128}$/;
+
+export function toolName(v: unknown, path: string): string {
+  const name = str(v, path);
+  if (!TOOL_NAME.test(name)) throw new InvalidRequestError(`${path}: tool name must match ${TOOL_NAME}`, path);
+  return name;
+}
+
+/** A tool's argument schema must be a JSON Schema object of type "object". */
+export function toolSchema(v: unknown, path: string): Json {
+  if (v === undefined || v === null) return { type: "object", properties: {} };
+  const s = obj(v, path);
+  if (s["type"] !== undefined && s["type"] !== "object")
+    throw new InvalidRequestError(`${path}.type: a tool's schema must have type "object"`, path);
+  if (s["properties"] !== undefined) obj(s["properties"], `${path}.properties`);
+  return s;
+}
