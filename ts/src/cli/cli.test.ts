@@ -31,17 +31,31 @@ describe("the lego CLI", () => {
     expect(result.stderr).toContain("Unknown argument: trian");
   });
 
-  it("demo writes rollout batches that the Python side validates", { timeout: 60_000 }, () => {
-    const spool = mkdtempSync(join(tmpdir(), "lego-demo-"));
+  it("demo --schema-only writes rollout batches that the Python side validates", { timeout: 60_000 }, () => {
+    const work = mkdtempSync(join(tmpdir(), "lego-demo-"));
     try {
-      const result = lego("demo", "--spool", spool, "--groups", "1", "--group-size", "2");
+      const result = lego("demo", "--schema-only", "--work-dir", work);
       expect(result.status, result.stderr).toBe(0);
       expect(result.stdout).toContain("is not built yet");
       expect(result.stdout).toContain("demo-g0-r1 [reference] ok reward=0");
       expect(result.stdout).toContain("may train: yes");
-      expect(readdirSync(spool)).toEqual(["group-0.arrow"]);
+      expect(readdirSync(join(work, "spool")).sort()).toEqual(["group-0.arrow", "group-1.arrow"]);
     } finally {
-      rmSync(spool, { recursive: true, force: true });
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+
+  it("demo trains the tiny MoE policy with GSPO on Ray and reports each step", { timeout: 300_000 }, () => {
+    const work = mkdtempSync(join(tmpdir(), "lego-demo-"));
+    try {
+      const result = lego("demo", "--work-dir", work, "--steps", "2");
+      expect(result.status, result.stderr).toBe(0);
+      expect(result.stdout).toContain("are not wired in yet");
+      expect(result.stdout).toMatch(/step {3}2 {2}policy v2 {2}rollout\/trainer Pearson 0\.99\d+|step {3}2 {2}policy v2 {2}rollout\/trainer Pearson 1\.0+/);
+      expect(result.stdout).toMatch(/mean reward: first fifth of the steps \d\.\d{3}, last fifth \d\.\d{3}/);
+      expect(readdirSync(join(work, "checkpoints"))).toContain("step-00000002");
+    } finally {
+      rmSync(work, { recursive: true, force: true });
     }
   });
 });

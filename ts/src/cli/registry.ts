@@ -1,4 +1,7 @@
 import { demoCommand } from "../demo/cli.ts";
+import { proxyCommand } from "../proxy/cli.ts";
+import { sandboxCommand } from "../sandbox/cli.ts";
+import { transportCommand } from "../transport/cli.ts";
 import { pendingCommand, type LegoCommand } from "./component.ts";
 
 /**
@@ -8,9 +11,9 @@ import { pendingCommand, type LegoCommand } from "./component.ts";
 export function legoCommands(): LegoCommand[] {
   return [
     pendingCommand("rollout", "run rollout workers against a trainer", "rollout worker"),
-    pendingCommand("proxy", "serve the in-process LLM proxy on its own", "LLM proxy"),
-    pendingCommand("sandbox", "build, check and manage Docker sandboxes", "sandboxes"),
-    pendingCommand("transport", "send spools, tap addresses, print data-plane stats", "data plane"),
+    proxyCommand,
+    sandboxCommand,
+    transportCommand,
     pendingCommand("monitor", "serve the Live UI", "observability"),
     demoCommand,
   ];

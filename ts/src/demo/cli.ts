@@ -2,11 +2,12 @@ import { join } from "node:path";
 import type { Argv, CommandModule } from "yargs";
 import { REPO_ROOT } from "../schema/vectors.ts";
 import { runPartialLoop } from "./partial-loop.ts";
+import { runRlLoop } from "./rl-loop.ts";
 
 interface DemoArgs {
-  spool: string;
-  "group-size": number;
-  groups: number;
+  "work-dir": string;
+  steps: number;
+  "schema-only": boolean;
 }
 
 export const demoCommand: CommandModule<object, DemoArgs> = {
@@ -14,10 +15,14 @@ export const demoCommand: CommandModule<object, DemoArgs> = {
   describe: "run the most complete loop built so far on the embedded defaults",
   builder: (yargs: Argv) =>
     yargs
-      .option("spool", { type: "string", default: join(REPO_ROOT, "var/demo/spool"), describe: "where batches are written" })
-      .option("group-size", { type: "number", default: 4, describe: "rollouts per task group" })
-      .option("groups", { type: "number", default: 2, describe: "task groups" }),
+      .option("work-dir", { type: "string", default: join(REPO_ROOT, "var/demo"), describe: "where the model, checkpoints and logs go" })
+      .option("steps", { type: "number", default: 20, describe: "GSPO steps" })
+      .option("schema-only", { type: "boolean", default: false, describe: "only the TS -> Arrow -> Python schema round trip" }) as Argv<DemoArgs>,
   handler: (args) => {
-    process.exitCode = runPartialLoop({ spoolDir: args.spool, groupSize: args["group-size"], groups: args.groups });
+    if (args["schema-only"]) {
+      process.exitCode = runPartialLoop({ spoolDir: join(args["work-dir"], "spool"), groupSize: 4, groups: 2 });
+      return;
+    }
+    runRlLoop({ workDir: args["work-dir"], steps: args.steps });
   },
 };
