@@ -26,6 +26,8 @@ from safetensors.torch import load_model as load_weights
 from safetensors.torch import save_file
 from safetensors.torch import save_model as save_weights
 
+from ..durable import fsync_dir, fsync_file
+
 LATEST = "LATEST"
 
 
@@ -41,19 +43,6 @@ class TrainerPosition:
     policy_version: int
     consumed_batch_ids: list[str] = field(default_factory=list)
     """Every data-plane batch already trained, so redelivered batches are skipped after a resume."""
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb+") as handle:
-        os.fsync(handle.fileno())
 
 
 def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -106,12 +95,12 @@ class CheckpointStore:
             "consumed_batch_ids": position.consumed_batch_ids,
         }))
         for child in staging.iterdir():
-            _fsync_file(child)
-        _fsync_dir(staging)
+            fsync_file(child)
+        fsync_dir(staging)
         if final.exists():
             shutil.rmtree(final)
         staging.rename(final)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         if point_latest:
             self.point_latest(name)
         return final
@@ -120,9 +109,9 @@ class CheckpointStore:
         """Atomically makes `name` the checkpoint a resume starts from."""
         pointer = self.root / f".{LATEST}.tmp-{os.getpid()}"
         pointer.write_text(name)
-        _fsync_file(pointer)
+        fsync_file(pointer)
         pointer.rename(self.root / LATEST)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
 
     def latest_name(self) -> str | None:
         pointer = self.root / LATEST

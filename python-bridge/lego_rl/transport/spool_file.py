@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from lego_rl.durable import fsync_dir
 from lego_rl.schema import BatchHeader, ControlMessageError, decode_control
 
 from .errors import SpoolFormatError
@@ -34,14 +35,6 @@ def spool_prefix(header: bytes | memoryview) -> bytes:
     """Magic, lengths, header and padding: everything that precedes the payload."""
     head = MAGIC + bytes([FORMAT, 0, 0, 0]) + struct.pack("<I", len(header)) + bytes(header)
     return head + bytes(payload_offset(len(header)) - len(head))
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_durably(path: Path, parts: list[bytes | memoryview], reuse: Path | None = None) -> None:
