@@ -16,6 +16,7 @@ from typing import Literal
 
 import torch
 
+from ..model.moe import MoeBlock
 from .losses import ClippedSurrogateLoss, GrpoLoss, GspoLoss, GspoTokenLoss, LossInputs, MismatchCorrection
 from .mismatch import mismatch_metrics, routing_disagreement
 from .packing import UNRECORDED, PackedStep
@@ -65,11 +66,6 @@ class Recomputed:
     """The experts the trainer's router would pick for every packed token."""
 
 
-def _moe_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """MoE blocks in forward order (modules with a router `gate` and a `top_k`)."""
-    return [m for m in model.modules() if hasattr(m, "gate") and hasattr(m, "top_k")]
-
-
 def _capture_top_k(sink: list[torch.Tensor], k: int):  # type: ignore[no-untyped-def]
     def hook(module: torch.nn.Module, args: object, logits_TE: torch.Tensor) -> None:
         sink.append(torch.topk(logits_TE.detach(), k, dim=-1).indices)  # top-k of logits = top-k of softmax
@@ -84,7 +80,8 @@ def recompute_logprobs(model: torch.nn.Module, step: PackedStep, *, replay: bool
     choice the trainer's router makes on the very hidden states the replayed pass produced.
     """
     own: list[torch.Tensor] = []
-    hooks = [block.gate.register_forward_hook(_capture_top_k(own, block.top_k)) for block in _moe_blocks(model)]
+    blocks = [m for m in model.modules() if isinstance(m, MoeBlock)]  # forward order
+    hooks = [block.gate.register_forward_hook(_capture_top_k(own, block.top_k)) for block in blocks]
     try:
         output = model(
             step.input_ids_T,
