@@ -13,8 +13,7 @@ import { Sandbox } from "./container.ts";
 import { lockProtectedFiles } from "./grader.ts";
 import { ProtectedPaths } from "./protected-paths.ts";
 import { snapshotOf } from "./workspace-files.ts";
-import { IMAGE_BUILD_TIMEOUT_MS, fixtureImage, fixtureImages, leftoverContainers } from "./test-support.ts";
-import type { TaskDefinition } from "./task.ts";
+import { IMAGE_BUILD_TIMEOUT_MS, fixtureImages, leftoverContainers, openFixtureRollouts, type FixtureTask } from "./test-support.ts";
 
 
 // Image builds (first run on a machine only) get their own long hook timeout.
@@ -22,22 +21,18 @@ beforeAll(fixtureImages, IMAGE_BUILD_TIMEOUT_MS);
 
 describe("reward-hacking and escape attempts", () => {
   let runner: RolloutRunner;
-  let fixAdd: { task: TaskDefinition; image: string };
-  let greet: { task: TaskDefinition; image: string };
+  let fixAdd: FixtureTask;
+  let greet: FixtureTask;
 
   beforeAll(async () => {
-    runner = await RolloutRunner.create({ concurrency: 2, maxAttempts: 1 });
-    const a = await fixtureImage("fix-add");
-    const g = await fixtureImage("greet");
-    fixAdd = { task: a.task, image: a.image.tag };
-    greet = { task: g.task, image: g.image.tag };
+    ({ runner, fixAdd, greet } = await openFixtureRollouts());
   });
   afterAll(async () => {
     await runner.close();
     expect(await leftoverContainers()).toEqual([]);
   });
 
-  const attack = (t: { task: TaskDefinition; image: string }, id: string, script: string, agentTimeoutSec?: number) =>
+  const attack = (t: FixtureTask, id: string, script: string, agentTimeoutSec?: number) =>
     runner.run({ ...t, rolloutId: id, agent: { script }, ...(agentTimeoutSec ? { agentTimeoutSec } : {}) });
 
   it("editing a test (and the task's own protected spec) is restored and flagged", async () => {

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readFileSync } from "node:fs";
 import { Sandbox } from "./container.ts";
 import { RolloutRunner } from "./rollout-runner.ts";
-import { IMAGE_BUILD_TIMEOUT_MS, fixtureImage, fixtureImages, leftoverContainers } from "./test-support.ts";
+import { IMAGE_BUILD_TIMEOUT_MS, fixtureImages, leftoverContainers, openFixtureRollouts, type FixtureTask } from "./test-support.ts";
 import type { TaskDefinition } from "./task.ts";
 
 
@@ -11,15 +11,11 @@ beforeAll(fixtureImages, IMAGE_BUILD_TIMEOUT_MS);
 
 describe("setup → agent → grading", () => {
   let runner: RolloutRunner;
-  let fixAdd: { task: TaskDefinition; image: string };
-  let greet: { task: TaskDefinition; image: string };
+  let fixAdd: FixtureTask;
+  let greet: FixtureTask;
 
   beforeAll(async () => {
-    runner = await RolloutRunner.create({ concurrency: 2, maxAttempts: 1 });
-    const a = await fixtureImage("fix-add");
-    const g = await fixtureImage("greet");
-    fixAdd = { task: a.task, image: a.image.tag };
-    greet = { task: g.task, image: g.image.tag };
+    ({ runner, fixAdd, greet } = await openFixtureRollouts());
   });
   afterAll(async () => {
     await runner.close();

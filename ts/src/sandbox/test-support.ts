@@ -10,6 +10,7 @@ import { loadTask, type TaskDefinition } from "./task.ts";
 import { ensureTaskImage, type TaskImage } from "./task-image.ts";
 import { currentRun } from "./run-identity.ts";
 import { containersOfRun } from "./reaper.ts";
+import { RolloutRunner } from "./rollout-runner.ts";
 
 export const FIXTURES = fileURLToPath(new URL("./fixtures/tasks/", import.meta.url));
 
@@ -39,4 +40,18 @@ export async function fixtureImages(): Promise<void> {
 /** Containers this test process still owns (tests assert it is empty after cleanup). */
 export function leftoverContainers(): Promise<string[]> {
   return containersOfRun(currentRun().runId);
+}
+
+/** A fixture task ready to roll out: its definition and its image tag. */
+export interface FixtureTask {
+  task: TaskDefinition;
+  image: string;
+}
+
+/** A rollout runner (2 at a time, no env_error retries) and both fixture tasks, as stage and attack tests use them. */
+export async function openFixtureRollouts(): Promise<{ runner: RolloutRunner; fixAdd: FixtureTask; greet: FixtureTask }> {
+  const runner = await RolloutRunner.create({ concurrency: 2, maxAttempts: 1 });
+  const a = await fixtureImage("fix-add");
+  const g = await fixtureImage("greet");
+  return { runner, fixAdd: { task: a.task, image: a.image.tag }, greet: { task: g.task, image: g.image.tag } };
 }
