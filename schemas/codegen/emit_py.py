@@ -13,7 +13,7 @@ _PY_SCALAR = {
     "float32": "float",
     "float64": "float",
 }
-_NP = {"int32": "np.int32", "float32": "np.float32", "uint8": "np.uint8"}
+_NP = {"int32": "np.int32", "float32": "np.float32", "uint8": "np.uint8", "uint16": "np.uint16"}
 _PA_SCALAR = {
     "bool": "pa.bool_()",
     "int8": "pa.int8()",
@@ -42,7 +42,7 @@ def _py_type(ftype: FieldType) -> str:
     match ftype.kind:
         case "scalar":
             return _PY_SCALAR[ftype.scalar]
-        case "tokens":
+        case "tokens" | "array":
             return f"npt.NDArray[{_NP[ftype.element]}]"
         case "routing":
             return "RoutingArray"
@@ -88,10 +88,10 @@ def _descriptor(field: FieldDef) -> str:
     return f"        FieldDescriptor({', '.join(args)}),\n"
 
 
-def _fields(fields: tuple[FieldDef, ...]) -> list[str]:
+def _fields(fields: tuple[FieldDef, ...], *, optional_defaults: bool = False) -> list[str]:
     out = []
     for field in fields:
-        null = " | None" if field.nullable else ""
+        null = (" | None = None" if optional_defaults else " | None") if field.nullable else ""
         out.append(f"    {field.name}: {_py_type(field.type)}{null}\n")
         if field.doc:
             out.append(f'    """{field.doc}"""\n')
@@ -130,12 +130,34 @@ def emit_py(model: SchemaModel) -> str:
         out.append(f'    """{record.doc}"""\n\n')
         out.extend(_fields(record.fields))
         out.append("\n")
+    if any(f.type.kind == "array" for m in model.messages for f in m.fields):
+        out.append(
+            "\ndef _same(a: object, b: object) -> bool:\n"
+            '    """Field equality for messages; arrays compare dtype and bits (NaN payloads included)."""\n'
+            "    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):\n"
+            "        return (\n"
+            "            isinstance(a, np.ndarray) and isinstance(b, np.ndarray)\n"
+            "            and a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()\n"
+            "        )\n"
+            "    return a == b\n\n"
+        )
     for message in model.messages:
-        out.append("\n@dataclass(kw_only=True, slots=True)\n")
+        arrays = any(f.type.kind == "array" for f in message.fields)
+        # numpy's == is elementwise, so a dataclass holding arrays gets an explicit __eq__.
+        out.append(f"\n@dataclass(kw_only=True, slots=True{', eq=False' if arrays else ''})\n")
         out.append(f"class {message.name}:\n")
         out.append(f'    """{message.doc}"""\n\n')
         out.append(f'    KIND: ClassVar[str] = "{message.kind}"\n')
-        out.extend(_fields(message.fields))
+        # Nullable message fields default to None, so a MINOR release that adds one
+        # does not break code that builds the message without it.
+        out.extend(_fields(message.fields, optional_defaults=True))
+        if arrays:
+            names = ", ".join(f'"{f.name}"' for f in message.fields)
+            out.append(
+                "\n    def __eq__(self, other: object) -> bool:\n"
+                f"        return type(other) is type(self) and all(_same(getattr(self, n), getattr(other, n)) for n in ({names},))\n\n"
+                "    __hash__ = None  # type: ignore[assignment]\n"
+            )
         out.append("\n")
     out.append(f"\nControlMessage: TypeAlias = {' | '.join(m.name for m in model.messages)}\n")
     out.append("MESSAGE_CLASSES: dict[str, type[ControlMessage]] = {\n")

@@ -11,7 +11,7 @@ _TS_SCALAR = {
     "string": "string",
     **{n: "number" for n in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "float32", "float64")},
 }
-_TS_TOKENS = {"int32": "Int32Array", "float32": "Float32Array", "uint8": "Uint8Array"}
+_TS_TOKENS = {"int32": "Int32Array", "float32": "Float32Array", "uint8": "Uint8Array", "uint16": "Uint16Array"}
 _ARROW_SCALAR = {
     "bool": "new Bool()",
     "int8": "new Int8()",
@@ -48,7 +48,7 @@ def _ts_type(ftype: FieldType) -> str:
     match ftype.kind:
         case "scalar":
             return _TS_SCALAR[ftype.scalar]
-        case "tokens":
+        case "tokens" | "array":
             return _TS_TOKENS[ftype.element]
         case "routing":
             return "RoutingArray"
@@ -157,7 +157,12 @@ def emit_ts(model: SchemaModel) -> str:
         '  | { kind: "record"; record: RecordName }\n'
         '  | { kind: "records"; record: RecordName };\n'
         "export interface FieldDescriptor {\n  readonly name: string;\n  readonly nullable: boolean;\n"
-        "  readonly type: FieldType;\n}\n\n"
+        "  readonly type: FieldType;\n}\n"
+        "/** Control messages also hold packed arrays: msgpack bin of little-endian values. */\n"
+        'export type ArrayElement = "int32" | "float32" | "uint8" | "uint16";\n'
+        'export type MessageFieldType = FieldType | { kind: "array"; element: ArrayElement };\n'
+        "export interface MessageFieldDescriptor {\n  readonly name: string;\n  readonly nullable: boolean;\n"
+        "  readonly type: MessageFieldType;\n}\n\n"
     )
     out.append("/** Maps each record name to its TS type. */\n")
     out.append("export interface RecordTypes {\n")
@@ -174,7 +179,7 @@ def emit_ts(model: SchemaModel) -> str:
         out.extend("  " + _descriptor(f) for f in record.fields)
         out.append("  ],\n")
     out.append("};\n\n")
-    out.append("export const MESSAGE_FIELDS: { readonly [K in ControlKind]: readonly FieldDescriptor[] } = {\n")
+    out.append("export const MESSAGE_FIELDS: { readonly [K in ControlKind]: readonly MessageFieldDescriptor[] } = {\n")
     for message in model.messages:
         out.append(f"  {message.kind}: [\n")
         out.extend("  " + _descriptor(f) for f in message.fields)

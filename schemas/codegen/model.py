@@ -26,6 +26,9 @@ SCALARS = (
     "string",
 )
 TOKEN_ELEMENTS = ("int32", "float32", "uint8")
+# Packed arrays in control messages: msgpack bin holding little-endian values, so per-token
+# data costs its raw bytes on both sides (no per-element msgpack ints or floats).
+ARRAY_ELEMENTS = ("int32", "float32", "uint8", "uint16")
 
 
 class SchemaDefinitionError(ValueError):
@@ -34,7 +37,7 @@ class SchemaDefinitionError(ValueError):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FieldType:
-    """One field's type. `kind` is scalar, tokens, routing, strings, enum, record or records."""
+    """One field's type. `kind` is scalar, tokens, routing, strings, array, enum, record or records."""
 
     kind: str
     scalar: str = ""
@@ -113,6 +116,10 @@ def _parse_type(text: str, where: str, enums: set[str], records: set[str]) -> tu
         if m[1] not in TOKEN_ELEMENTS:
             raise SchemaDefinitionError(f"{where}: tokens<{m[1]}> is not one of {TOKEN_ELEMENTS}")
         return FieldType(kind="tokens", element=m[1]), nullable
+    if m := re.fullmatch(r"array<(\w+)>", text):
+        if m[1] not in ARRAY_ELEMENTS:
+            raise SchemaDefinitionError(f"{where}: array<{m[1]}> is not one of {ARRAY_ELEMENTS}")
+        return FieldType(kind="array", element=m[1]), nullable
     if m := re.fullmatch(r"enum:(\w+)", text):
         if m[1] not in enums:
             raise SchemaDefinitionError(f"{where}: enum {m[1]} is not defined under [enums]")
@@ -174,8 +181,12 @@ def load_schema(path: Path) -> SchemaModel:
     )
     for message in messages:
         for field in message.fields:
-            if field.type.kind not in ("scalar", "enum", "strings"):
+            if field.type.kind not in ("scalar", "enum", "strings", "array"):
                 raise SchemaDefinitionError(
-                    f"{message.name}.{field.name}: control messages hold scalars, enums and list<string> only"
+                    f"{message.name}.{field.name}: control messages hold scalars, enums, list<string> and array<T> only"
                 )
+    for record in records:
+        for field in record.fields:
+            if field.type.kind == "array":
+                raise SchemaDefinitionError(f"{record.name}.{field.name}: array<T> is for control messages; records use tokens<T>")
     return SchemaModel(version=version, enums=enums, int_enums=int_enums, records=records, messages=messages)

@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-SCHEMA_VERSION = "1.0.0"
+SCHEMA_VERSION = "1.1.0"
 SCHEMA_MAJOR = 1
 
 # Routing values: uint8 when the model has at most 256 experts, else uint16.
@@ -175,6 +175,16 @@ class Trajectory:
     """Token data, main thread first."""
 
 
+def _same(a: object, b: object) -> bool:
+    """Field equality for messages; arrays compare dtype and bits (NaN payloads included)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+        )
+    return a == b
+
+
 @dataclass(kw_only=True, slots=True)
 class BatchHeader:
     """Precedes the Arrow IPC frame of one rollout batch."""
@@ -207,7 +217,7 @@ class Ack:
     """Batch acknowledged."""
     status: AckStatus
     """What the receiver did."""
-    reason: str | None
+    reason: str | None = None
     """Why it was quarantined."""
 
 
@@ -233,7 +243,7 @@ class WeightVersion:
     """Monotonic policy version."""
     published_at_ms: float
     """Unix epoch ms of publication."""
-    checkpoint_path: str | None
+    checkpoint_path: str | None = None
     """Where the weights were written, if on disk."""
 
 
@@ -259,11 +269,144 @@ class Error:
     """Stable machine-readable code (e.g. bad_frame, schema_version)."""
     message: str
     """What went wrong and what to do, for a person."""
-    batch_id: str | None
+    batch_id: str | None = None
     """Batch concerned, if any."""
+    request_id: str | None = None
+    """Engine request concerned, if any (1.1)."""
+    field: str | None = None
+    """The offending request field, dotted (e.g. sampling.max_tokens), when one is to blame (1.1)."""
 
 
-ControlMessage: TypeAlias = BatchHeader | Ack | Credit | WeightVersion | Heartbeat | Error
+@dataclass(kw_only=True, slots=True)
+class EngineHello:
+    """Client -> engine: who is asking; the engine answers EngineInfo, or Error schema_version for another MAJOR."""
+
+    KIND: ClassVar[str] = "engine_hello"
+    client_id: str
+    """Name of the client, for logs."""
+    schema_version: str
+    """Schema version the client was built with."""
+
+
+@dataclass(kw_only=True, slots=True)
+class EngineInfo:
+    """Engine -> client: what is served. Routing arrays are [tokens, moe_layers, top_k]."""
+
+    KIND: ClassVar[str] = "engine_info"
+    model: str
+    """Served model name; GenerateRequest.model must equal it when set."""
+    policy_version: int
+    """Weight version now live."""
+    vocab_size: int
+    """Token ids are 0..vocab_size-1."""
+    max_context: int
+    """Prompt + completion tokens at most; a prompt must be shorter."""
+    moe_layers: int
+    """MoE layers (rows of routing per token)."""
+    top_k: int
+    """Experts per token per MoE layer."""
+    num_experts: int
+    """Experts per MoE layer; routing values are below it."""
+    active_requests: int
+    """Requests queued or running when this was sent."""
+    schema_version: str
+    """Schema version the engine was built with."""
+
+
+@dataclass(kw_only=True, slots=True, eq=False)
+class GenerateRequest:
+    """Client -> engine: generate one completion of a tokenized prompt."""
+
+    KIND: ClassVar[str] = "generate"
+    request_id: str
+    """Unique among this client's queued and running requests; every reply names it."""
+    model: str | None = None
+    """Model the client expects; Error unknown_model when the engine serves another. Nil accepts any."""
+    policy_version: int | None = None
+    """Weight version the client expects live; Error policy_version when it is not. Nil accepts any."""
+    prompt_token_ids: npt.NDArray[np.int32]
+    """The prompt, tokenized by the client (the proxy owns the chat template)."""
+    temperature: float
+    """0 is greedy."""
+    top_p: float
+    """Nucleus mass in (0, 1]; 1 is off."""
+    max_tokens: int
+    """Completion tokens at most (> 0); clamped to the context left."""
+    stop_token_ids: npt.NDArray[np.int32]
+    """Sampling one of these ends the completion (it is returned)."""
+    seed: int | None = None
+    """Per-request sampling seed; nil lets the engine draw one (reported in the result)."""
+    stream: bool
+    """Send TokenChunks as tokens are sampled; false sends only the GenerateResult."""
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and all(_same(getattr(self, n), getattr(other, n)) for n in ("request_id", "model", "policy_version", "prompt_token_ids", "temperature", "top_p", "max_tokens", "stop_token_ids", "seed", "stream",))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(kw_only=True, slots=True, eq=False)
+class TokenChunk:
+    """Engine -> client: newly sampled tokens of one request, all from one policy version. Chunks of a request concatenate."""
+
+    KIND: ClassVar[str] = "token_chunk"
+    request_id: str
+    """Request the tokens belong to."""
+    token_ids: npt.NDArray[np.int32]
+    """Sampled token ids."""
+    logprobs: npt.NDArray[np.float32]
+    """Raw-policy log-probability of each token (docs/model.md), bit-exact."""
+    policy_version: int
+    """Weight version that sampled these tokens."""
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and all(_same(getattr(self, n), getattr(other, n)) for n in ("request_id", "token_ids", "logprobs", "policy_version",))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(kw_only=True, slots=True, eq=False)
+class GenerateResult:
+    """Engine -> client: the request is over (stop, length or abort); everything a Turn records."""
+
+    KIND: ClassVar[str] = "generate_result"
+    request_id: str
+    """Request that ended."""
+    finish_reason: FinishReason
+    """stop, length or abort."""
+    completion_token_ids: npt.NDArray[np.int32]
+    """Every sampled token (the concatenation of the request's TokenChunks)."""
+    logprobs: npt.NDArray[np.float32]
+    """One per completion token."""
+    prompt_routing: npt.NDArray[np.uint16]
+    """Experts per prompt token from prefill, flattened [prompt, moe_layers, top_k]."""
+    completion_routing: npt.NDArray[np.uint16]
+    """Experts per completion token when fed as input, flattened [completion, moe_layers, top_k]; an aborted request has rows only for tokens already fed."""
+    moe_layers: int
+    """Routing rows per token."""
+    top_k: int
+    """Experts per token per layer."""
+    policy_version: int
+    """Oldest weight version that sampled a token; -1 when none was sampled."""
+    seed: int
+    """Seed of the request's generator (requested or drawn)."""
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and all(_same(getattr(self, n), getattr(other, n)) for n in ("request_id", "finish_reason", "completion_token_ids", "logprobs", "prompt_routing", "completion_routing", "moe_layers", "top_k", "policy_version", "seed",))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(kw_only=True, slots=True)
+class Abort:
+    """Client -> engine: stop a request now; the engine answers its GenerateResult with finish_reason abort (Error unknown_request if it already ended)."""
+
+    KIND: ClassVar[str] = "abort"
+    request_id: str
+    """Request to stop."""
+
+
+ControlMessage: TypeAlias = BatchHeader | Ack | Credit | WeightVersion | Heartbeat | Error | EngineHello | EngineInfo | GenerateRequest | TokenChunk | GenerateResult | Abort
 MESSAGE_CLASSES: dict[str, type[ControlMessage]] = {
     "batch": BatchHeader,
     "ack": Ack,
@@ -271,6 +414,12 @@ MESSAGE_CLASSES: dict[str, type[ControlMessage]] = {
     "weight_version": WeightVersion,
     "heartbeat": Heartbeat,
     "error": Error,
+    "engine_hello": EngineHello,
+    "engine_info": EngineInfo,
+    "generate": GenerateRequest,
+    "token_chunk": TokenChunk,
+    "generate_result": GenerateResult,
+    "abort": Abort,
 }
 
 
@@ -396,6 +545,56 @@ MESSAGE_FIELDS: dict[str, tuple[FieldDescriptor, ...]] = {
         FieldDescriptor(name="code", nullable=False, kind="scalar", scalar="string"),
         FieldDescriptor(name="message", nullable=False, kind="scalar", scalar="string"),
         FieldDescriptor(name="batch_id", nullable=True, kind="scalar", scalar="string"),
+        FieldDescriptor(name="request_id", nullable=True, kind="scalar", scalar="string"),
+        FieldDescriptor(name="field", nullable=True, kind="scalar", scalar="string"),
+    ),
+    "engine_hello": (
+        FieldDescriptor(name="client_id", nullable=False, kind="scalar", scalar="string"),
+        FieldDescriptor(name="schema_version", nullable=False, kind="scalar", scalar="string"),
+    ),
+    "engine_info": (
+        FieldDescriptor(name="model", nullable=False, kind="scalar", scalar="string"),
+        FieldDescriptor(name="policy_version", nullable=False, kind="scalar", scalar="int64"),
+        FieldDescriptor(name="vocab_size", nullable=False, kind="scalar", scalar="int32"),
+        FieldDescriptor(name="max_context", nullable=False, kind="scalar", scalar="int32"),
+        FieldDescriptor(name="moe_layers", nullable=False, kind="scalar", scalar="int32"),
+        FieldDescriptor(name="top_k", nullable=False, kind="scalar", scalar="int32"),
+        FieldDescriptor(name="num_experts", nullable=False, kind="scalar", scalar="int32"),
+        FieldDescriptor(name="active_requests", nullable=False, kind="scalar", scalar="int32"),
+        FieldDescriptor(name="schema_version", nullable=False, kind="scalar", scalar="string"),
+    ),
+    "generate": (
+        FieldDescriptor(name="request_id", nullable=False, kind="scalar", scalar="string"),
+        FieldDescriptor(name="model", nullable=True, kind="scalar", scalar="string"),
+        FieldDescriptor(name="policy_version", nullable=True, kind="scalar", scalar="int64"),
+        FieldDescriptor(name="prompt_token_ids", nullable=False, kind="array", element="int32"),
+        FieldDescriptor(name="temperature", nullable=False, kind="scalar", scalar="float64"),
+        FieldDescriptor(name="top_p", nullable=False, kind="scalar", scalar="float64"),
+        FieldDescriptor(name="max_tokens", nullable=False, kind="scalar", scalar="int32"),
+        FieldDescriptor(name="stop_token_ids", nullable=False, kind="array", element="int32"),
+        FieldDescriptor(name="seed", nullable=True, kind="scalar", scalar="int64"),
+        FieldDescriptor(name="stream", nullable=False, kind="scalar", scalar="bool"),
+    ),
+    "token_chunk": (
+        FieldDescriptor(name="request_id", nullable=False, kind="scalar", scalar="string"),
+        FieldDescriptor(name="token_ids", nullable=False, kind="array", element="int32"),
+        FieldDescriptor(name="logprobs", nullable=False, kind="array", element="float32"),
+        FieldDescriptor(name="policy_version", nullable=False, kind="scalar", scalar="int64"),
+    ),
+    "generate_result": (
+        FieldDescriptor(name="request_id", nullable=False, kind="scalar", scalar="string"),
+        FieldDescriptor(name="finish_reason", nullable=False, kind="enum", values=FINISH_REASON_VALUES),
+        FieldDescriptor(name="completion_token_ids", nullable=False, kind="array", element="int32"),
+        FieldDescriptor(name="logprobs", nullable=False, kind="array", element="float32"),
+        FieldDescriptor(name="prompt_routing", nullable=False, kind="array", element="uint16"),
+        FieldDescriptor(name="completion_routing", nullable=False, kind="array", element="uint16"),
+        FieldDescriptor(name="moe_layers", nullable=False, kind="scalar", scalar="int32"),
+        FieldDescriptor(name="top_k", nullable=False, kind="scalar", scalar="int32"),
+        FieldDescriptor(name="policy_version", nullable=False, kind="scalar", scalar="int64"),
+        FieldDescriptor(name="seed", nullable=False, kind="scalar", scalar="int64"),
+    ),
+    "abort": (
+        FieldDescriptor(name="request_id", nullable=False, kind="scalar", scalar="string"),
     ),
 }
 

@@ -139,9 +139,14 @@ def build_batch(case: dict[str, Any], record: str) -> tuple[list[Any], RoutingSh
 
 
 def build_message(case: dict[str, Any]) -> g.ControlMessage:
+    """`array<T>` fields are JSON lists in cases.json (floats may be "nan", "inf", "-inf")."""
     fields = dict(case["message"])
-    cls = g.MESSAGE_CLASSES[fields.pop("kind")]
-    return cls(**fields)
+    kind = fields.pop("kind")
+    for desc in g.MESSAGE_FIELDS[kind]:
+        if desc.kind == "array" and isinstance(fields.get(desc.name), list):
+            values = [float(v) if isinstance(v, str) else v for v in fields[desc.name]]
+            fields[desc.name] = np.array(values, dtype=np.dtype(desc.element).newbyteorder("<"))
+    return g.MESSAGE_CLASSES[kind](**fields)
 
 
 def arrow_cases(cases: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

@@ -58,7 +58,7 @@ def test_garbage_that_ends_like_a_stream_is_reported_as_corrupt() -> None:
 def test_an_unknown_major_version_is_refused_naming_both_versions() -> None:
     rows, routing = _moe_rows()
     data = encode_batch("Trajectory", rows, routing, version="2.0.0")
-    with pytest.raises(SchemaVersionError, match=r"schema version 2\.0\.0.*speaks 1\.0\.0"):
+    with pytest.raises(SchemaVersionError, match=r"schema version 2\.0\.0.*speaks 1\.1\.0"):
         decode_batch(data)
 
 
@@ -148,7 +148,7 @@ def test_control_frames_that_are_not_msgpack_maps_are_refused() -> None:
 
 
 def test_a_control_message_of_unknown_kind_is_refused_listing_the_known_kinds() -> None:
-    with pytest.raises(ControlMessageError, match=r"unknown control message kind 'nack'; known: \['ack'"):
+    with pytest.raises(ControlMessageError, match=r"unknown control message kind 'nack'; known: \['abort', 'ack'"):
         decode_control(msgpack.packb({"kind": "nack"}))
 
 
@@ -166,3 +166,20 @@ def test_control_integers_beyond_2_to_53_are_refused_rather_than_rounded() -> No
 
     with pytest.raises(ControlMessageError, match="exceeds the"):
         encode_control(WeightVersion(version=2**53 + 1, published_at_ms=0.0, checkpoint_path=None))
+
+
+def test_packed_arrays_refuse_values_outside_their_element_type_and_ragged_bins() -> None:
+    from lego_rl.schema.generated import TokenChunk
+
+    def chunk(ids: object) -> TokenChunk:
+        return TokenChunk(request_id="r", token_ids=ids, logprobs=np.zeros(1, np.float32), policy_version=0)  # type: ignore[arg-type]
+
+    with pytest.raises(ControlMessageError, match=r"TokenChunk.token_ids holds 1099511627776..1099511627776, outside int32"):
+        encode_control(chunk(np.array([2**40])))
+    with pytest.raises(ControlMessageError, match="must hold int32 values, got dtype float64"):
+        encode_control(chunk([1.5]))
+    wire = msgpack.unpackb(encode_control(chunk([1, 2])))
+    with pytest.raises(ControlMessageError, match="has 7 bytes, not a whole number of int32 values"):
+        decode_control(msgpack.packb({**wire, "token_ids": b"\x00" * 7}))
+    with pytest.raises(ControlMessageError, match="must be a msgpack bin of little-endian int32, got list"):
+        decode_control(msgpack.packb({**wire, "token_ids": [1, 2]}))

@@ -3,3 +3,4 @@ export { EngineAbortedError, EngineError, isEngineAbortedError } from "./types.t
 export { ScriptedEngine, fakeLogprob, type ScriptedCall, type ScriptedEngineConfig, type ScriptedReply } from "./scripted.ts";
 export { VllmEngine, type VllmEngineConfig } from "./vllm.ts";
 export { SglangEngine, type SglangEngineConfig } from "./sglang.ts";
+export { ZmqEngine, EngineRequestError, isEngineRequestError, type ZmqEngineConfig } from "./zmq.ts";

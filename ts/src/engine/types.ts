@@ -27,12 +27,19 @@ export interface GenerateChunk {
   token_ids: number[];
   /** Log-probability of each sampled token under the raw policy; one per token. */
   logprobs: number[];
-  /** Experts per sampled token, flattened [token_ids.length, layers, top_k]; null for dense models. */
+  /**
+   * Experts per sampled token, flattened [token_ids.length, layers, top_k]; null for dense
+   * models or when it comes later. Concatenated over a call's chunks it covers every
+   * completion token in order: an engine that learns routing only at the end (ZmqEngine)
+   * sends null on its token chunks and the whole completion's routing on the last chunk,
+   * with `routing_recorded` then giving its row count.
+   */
   routing: Routing | null;
   /**
-   * Per token of this chunk: 1 where `routing` holds the engine's choice, 0
-   * where it is padding (SGLang reports no routing for the last sampled token,
-   * which was never fed back as input). Omitted means all 1.
+   * Per routing row of this chunk (per token of this chunk when routing covers only
+   * them): 1 where `routing` holds the engine's choice, 0 where it is padding (SGLang
+   * reports no routing for the last sampled token, which was never fed back as input).
+   * Omitted means all 1 for this chunk's tokens.
    */
   routing_recorded?: Uint8Array | null;
   /** Experts per prompt token from prefill, flattened [prompt, layers, top_k]; sent at most once. */

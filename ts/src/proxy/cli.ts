@@ -13,14 +13,16 @@ import { ScriptedEngine, type ScriptedReply } from "../engine/scripted.ts";
 import { SglangEngine } from "../engine/sglang.ts";
 import type { EngineClient } from "../engine/types.ts";
 import { VllmEngine } from "../engine/vllm.ts";
+import { ZmqEngine } from "../engine/zmq.ts";
 import { loadProxyModel } from "./model.ts";
 import { ProxyServer } from "./server.ts";
 import type { ToolCallFormat } from "./tool-calls.ts";
 
 interface ProxyArgs {
   "model-dir": string;
-  engine: "scripted" | "vllm" | "sglang";
+  engine: "scripted" | "vllm" | "sglang" | "zmq";
   "engine-url"?: string;
+  "engine-address"?: string;
   "engine-model"?: string;
   script?: string;
   "served-model": string[];
@@ -38,9 +40,10 @@ export const proxyCommand: LegoCommand = {
   builder: (y: Argv) =>
     y
       .option("model-dir", { type: "string", demandOption: true, describe: "directory with tokenizer.json and tokenizer_config.json (chat template)" })
-      .option("engine", { choices: ["scripted", "vllm", "sglang"] as const, default: "scripted" as const, describe: "engine behind the proxy" })
+      .option("engine", { choices: ["scripted", "vllm", "sglang", "zmq"] as const, default: "scripted" as const, describe: "engine behind the proxy (zmq: python -m lego_rl.engine)" })
       .option("engine-url", { type: "string", describe: "vLLM / SGLang server origin, e.g. http://127.0.0.1:8000" })
-      .option("engine-model", { type: "string", describe: "model name the vLLM server serves" })
+      .option("engine-address", { type: "string", describe: "zmq engine: the ZeroMQ endpoint it bound, e.g. tcp://127.0.0.1:5556" })
+      .option("engine-model", { type: "string", describe: "model name the vLLM server serves (zmq: the name the engine must serve)" })
       .option("script", { type: "string", describe: "scripted engine: JSON file with a list of replies ({text} or {token_ids})" })
       .option("served-model", { type: "string", array: true, default: ["*"], describe: "model names clients may request ('*' = any)" })
       .option("tool-call-format", { choices: ["qwen3_json", "qwen3_coder_xml"] as const, default: "qwen3_json" as const })
@@ -72,6 +75,11 @@ function makeEngine(argv: ProxyArgs, model: ReturnType<typeof loadProxyModel>): 
   if (argv.engine === "scripted") {
     const script = argv.script ? (JSON.parse(readFileSync(argv.script, "utf8")) as ScriptedReply[]) : [{ text: "This is the scripted engine: pass --script FILE for real replies." }];
     return new ScriptedEngine({ script: (call) => script[Math.min(call.index, script.length - 1)]!, encode: (t) => model.tokenizer.encode(t), endOfTurnId: model.codec.endOfTurnId });
+  }
+  if (argv.engine === "zmq") {
+    const address = argv["engine-address"];
+    if (!address) throw new Error("--engine zmq needs --engine-address (the endpoint python -m lego_rl.engine printed)");
+    return new ZmqEngine({ address, ...(argv["engine-model"] ? { model: argv["engine-model"] } : {}) });
   }
   const url = argv["engine-url"];
   if (!url) throw new Error(`--engine ${argv.engine} needs --engine-url`);

@@ -34,7 +34,7 @@ describe("decodeBatch refuses", () => {
   it("an unknown major version, naming both versions", () => {
     const bytes = encodeBatch("Trajectory", rows(), moe.routing, { version: "2.0.0" });
     expect(() => decodeBatch(bytes)).toThrow(SchemaVersionError);
-    expect(() => decodeBatch(bytes)).toThrow(/schema version 2\.0\.0.*speaks 1\.0\.0/);
+    expect(() => decodeBatch(bytes)).toThrow(/schema version 2\.0\.0.*speaks 1\.1\.0/);
   });
 
   it("a missing required column, naming it", () => {
@@ -108,5 +108,21 @@ describe("decodeControl refuses", () => {
     expect(() => encodeControl({ kind: "weight_version", version: 2 ** 53 + 2, published_at_ms: 0, checkpoint_path: null })).toThrow(
       "within +-2^53",
     );
+  });
+});
+
+describe("packed arrays in control messages", () => {
+  const chunk = (token_ids: unknown) => ({ kind: "token_chunk", request_id: "r", token_ids, logprobs: new Float32Array(1), policy_version: 0 }) as unknown as Parameters<typeof encodeControl>[0];
+
+  it("must be the declared typed array", () => {
+    expect(() => encodeControl(chunk([1, 2]))).toThrow(/token_chunk.token_ids must be a Int32Array, got Array/);
+    expect(() => encodeControl(chunk(new Uint32Array(2)))).toThrow(/must be a Int32Array, got Uint32Array/);
+  });
+
+  it("must arrive as a bin holding whole values", () => {
+    const wire = new Packr({ useRecords: false, mapsAsObjects: true }).unpack(encodeControl(chunk(new Int32Array([1, 2])))) as Record<string, unknown>;
+    const repack = (v: unknown) => new Packr({ useRecords: false }).pack({ ...wire, token_ids: v });
+    expect(() => decodeControl(repack(new Uint8Array(7)))).toThrow(/has 7 bytes, not a whole number of int32 values/);
+    expect(() => decodeControl(repack([1, 2]))).toThrow(/must be a msgpack bin of little-endian int32, got array/);
   });
 });

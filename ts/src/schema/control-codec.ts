@@ -5,16 +5,50 @@
  * present (nil when absent). msgpackr writes JS numbers the way the schema's
  * canonical rule says (integral in [-2^31, 2^32) as the smallest int, else
  * float64), so the TS side needs no normalization; the Python codec mirrors it.
+ * `array<T>` fields travel as one msgpack bin of little-endian values; decoding
+ * copies them into a fresh typed array (bin payloads sit at arbitrary offsets
+ * of the frame, which typed-array views require to be aligned).
  * `encodeControl` and `decodeControl` are each other's opposite.
  */
 import { Packr } from "msgpackr";
 import { ControlMessageError } from "./errors.ts";
-import { CONTROL_KINDS, MESSAGE_FIELDS, type ControlKind, type ControlMessage, type FieldDescriptor } from "./generated.ts";
+import { CONTROL_KINDS, MESSAGE_FIELDS, type ArrayElement, type ControlKind, type ControlMessage, type MessageFieldDescriptor } from "./generated.ts";
 
 // Plain maps only: msgpackr's record extension and typed-array extensions have no Python reader.
 const packr = new Packr({ useRecords: false, moreTypes: false, mapsAsObjects: true, variableMapSize: true });
 
-function check(desc: FieldDescriptor, value: unknown, where: string): unknown {
+const ARRAY_CTORS = { int32: Int32Array, float32: Float32Array, uint8: Uint8Array, uint16: Uint16Array } as const;
+type PackedArray = Int32Array | Float32Array | Uint8Array | Uint16Array;
+// Typed arrays use the host's byte order; the wire is little-endian. Every platform Node
+// ships for is little-endian, so refuse loudly rather than carry an untested swap path.
+const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+
+/** The typed array's bytes as a Uint8Array view (msgpackr writes a Uint8Array as bin). */
+function arrayToWire(element: ArrayElement, value: unknown, where: string): Uint8Array {
+  const ctor = ARRAY_CTORS[element];
+  if (!(value instanceof ctor)) {
+    const got = (value as { constructor?: { name?: string } })?.constructor?.name ?? typeof value;
+    throw new ControlMessageError(`${where} must be a ${ctor.name}, got ${got}`);
+  }
+  if (!LITTLE_ENDIAN) throw new ControlMessageError("packed arrays need a little-endian host");
+  const array = value as PackedArray;
+  return new Uint8Array(array.buffer, array.byteOffset, array.byteLength);
+}
+
+function arrayFromWire(element: ArrayElement, value: unknown, where: string): PackedArray {
+  if (!(value instanceof Uint8Array)) {
+    throw new ControlMessageError(`${where} must be a msgpack bin of little-endian ${element}, got ${Array.isArray(value) ? "array" : typeof value}`);
+  }
+  const ctor = ARRAY_CTORS[element];
+  if (value.byteLength % ctor.BYTES_PER_ELEMENT !== 0) {
+    throw new ControlMessageError(`${where} has ${value.byteLength} bytes, not a whole number of ${element} values`);
+  }
+  if (!LITTLE_ENDIAN) throw new ControlMessageError("packed arrays need a little-endian host");
+  const copy = value.buffer.slice(value.byteOffset, value.byteOffset + value.byteLength) as ArrayBuffer;
+  return new ctor(copy);
+}
+
+function check(desc: MessageFieldDescriptor, value: unknown, where: string, decoding: boolean): unknown {
   if (value === null || value === undefined) {
     if (!desc.nullable) throw new ControlMessageError(`${where}.${desc.name} is required but missing or nil`);
     return null;
@@ -31,6 +65,9 @@ function check(desc: FieldDescriptor, value: unknown, where: string): unknown {
       throw new ControlMessageError(`${where}.${desc.name} must be a list of strings`);
     }
     return value;
+  }
+  if (t.kind === "array") {
+    return decoding ? arrayFromWire(t.element, value, `${where}.${desc.name}`) : arrayToWire(t.element, value, `${where}.${desc.name}`);
   }
   if (t.kind !== "scalar") throw new ControlMessageError(`${where}.${desc.name} has unsupported kind ${t.kind}`);
   const expected = t.scalar === "string" ? "string" : t.scalar === "bool" ? "boolean" : "number";
@@ -52,7 +89,7 @@ export function encodeControl(message: ControlMessage): Uint8Array {
   if (!isKind(message.kind)) throw new ControlMessageError(`unknown control message kind ${JSON.stringify(message.kind)}`);
   const wire: Record<string, unknown> = { kind: message.kind };
   for (const desc of MESSAGE_FIELDS[message.kind]) {
-    wire[desc.name] = check(desc, (message as unknown as Record<string, unknown>)[desc.name], message.kind);
+    wire[desc.name] = check(desc, (message as unknown as Record<string, unknown>)[desc.name], message.kind, false);
   }
   return packr.pack(wire);
 }
@@ -73,6 +110,6 @@ export function decodeControl(bytes: Uint8Array): ControlMessage {
     throw new ControlMessageError(`unknown control message kind ${JSON.stringify(map.kind)}; known: ${CONTROL_KINDS.join(", ")}`);
   }
   const message: Record<string, unknown> = { kind: map.kind };
-  for (const desc of MESSAGE_FIELDS[map.kind]) message[desc.name] = check(desc, map[desc.name], map.kind);
+  for (const desc of MESSAGE_FIELDS[map.kind]) message[desc.name] = check(desc, map[desc.name], map.kind, true);
   return message as unknown as ControlMessage;
 }

@@ -4,7 +4,7 @@ import {
   Uint8, Uint16, Uint32, Utf8, type DataType,
 } from "apache-arrow";
 
-export const SCHEMA_VERSION = "1.0.0";
+export const SCHEMA_VERSION = "1.1.0";
 export const SCHEMA_MAJOR = 1;
 
 /** Routing values: uint8 when the model has at most 256 experts, else uint16. */
@@ -232,11 +232,117 @@ export interface Error {
   message: string;
   /** Batch concerned, if any. */
   batch_id: string | null;
+  /** Engine request concerned, if any (1.1). */
+  request_id: string | null;
+  /** The offending request field, dotted (e.g. sampling.max_tokens), when one is to blame (1.1). */
+  field: string | null;
+}
+
+/** Client -> engine: who is asking; the engine answers EngineInfo, or Error schema_version for another MAJOR. */
+export interface EngineHello {
+  kind: "engine_hello";
+  /** Name of the client, for logs. */
+  client_id: string;
+  /** Schema version the client was built with. */
+  schema_version: string;
+}
+
+/** Engine -> client: what is served. Routing arrays are [tokens, moe_layers, top_k]. */
+export interface EngineInfo {
+  kind: "engine_info";
+  /** Served model name; GenerateRequest.model must equal it when set. */
+  model: string;
+  /** Weight version now live. */
+  policy_version: number;
+  /** Token ids are 0..vocab_size-1. */
+  vocab_size: number;
+  /** Prompt + completion tokens at most; a prompt must be shorter. */
+  max_context: number;
+  /** MoE layers (rows of routing per token). */
+  moe_layers: number;
+  /** Experts per token per MoE layer. */
+  top_k: number;
+  /** Experts per MoE layer; routing values are below it. */
+  num_experts: number;
+  /** Requests queued or running when this was sent. */
+  active_requests: number;
+  /** Schema version the engine was built with. */
+  schema_version: string;
+}
+
+/** Client -> engine: generate one completion of a tokenized prompt. */
+export interface GenerateRequest {
+  kind: "generate";
+  /** Unique among this client's queued and running requests; every reply names it. */
+  request_id: string;
+  /** Model the client expects; Error unknown_model when the engine serves another. Nil accepts any. */
+  model: string | null;
+  /** Weight version the client expects live; Error policy_version when it is not. Nil accepts any. */
+  policy_version: number | null;
+  /** The prompt, tokenized by the client (the proxy owns the chat template). */
+  prompt_token_ids: Int32Array;
+  /** 0 is greedy. */
+  temperature: number;
+  /** Nucleus mass in (0, 1]; 1 is off. */
+  top_p: number;
+  /** Completion tokens at most (> 0); clamped to the context left. */
+  max_tokens: number;
+  /** Sampling one of these ends the completion (it is returned). */
+  stop_token_ids: Int32Array;
+  /** Per-request sampling seed; nil lets the engine draw one (reported in the result). */
+  seed: number | null;
+  /** Send TokenChunks as tokens are sampled; false sends only the GenerateResult. */
+  stream: boolean;
+}
+
+/** Engine -> client: newly sampled tokens of one request, all from one policy version. Chunks of a request concatenate. */
+export interface TokenChunk {
+  kind: "token_chunk";
+  /** Request the tokens belong to. */
+  request_id: string;
+  /** Sampled token ids. */
+  token_ids: Int32Array;
+  /** Raw-policy log-probability of each token (docs/model.md), bit-exact. */
+  logprobs: Float32Array;
+  /** Weight version that sampled these tokens. */
+  policy_version: number;
+}
+
+/** Engine -> client: the request is over (stop, length or abort); everything a Turn records. */
+export interface GenerateResult {
+  kind: "generate_result";
+  /** Request that ended. */
+  request_id: string;
+  /** stop, length or abort. */
+  finish_reason: FinishReason;
+  /** Every sampled token (the concatenation of the request's TokenChunks). */
+  completion_token_ids: Int32Array;
+  /** One per completion token. */
+  logprobs: Float32Array;
+  /** Experts per prompt token from prefill, flattened [prompt, moe_layers, top_k]. */
+  prompt_routing: Uint16Array;
+  /** Experts per completion token when fed as input, flattened [completion, moe_layers, top_k]; an aborted request has rows only for tokens already fed. */
+  completion_routing: Uint16Array;
+  /** Routing rows per token. */
+  moe_layers: number;
+  /** Experts per token per layer. */
+  top_k: number;
+  /** Oldest weight version that sampled a token; -1 when none was sampled. */
+  policy_version: number;
+  /** Seed of the request's generator (requested or drawn). */
+  seed: number;
+}
+
+/** Client -> engine: stop a request now; the engine answers its GenerateResult with finish_reason abort (Error unknown_request if it already ended). */
+export interface Abort {
+  kind: "abort";
+  /** Request to stop. */
+  request_id: string;
 }
 
 /** Every control message; `kind` tells them apart. */
-export type ControlMessage = BatchHeader | Ack | Credit | WeightVersion | Heartbeat | Error;
-export const CONTROL_KINDS = ["batch", "ack", "credit", "weight_version", "heartbeat", "error"] as const;
+export type ControlMessage = BatchHeader | Ack | Credit | WeightVersion | Heartbeat | Error | EngineHello | EngineInfo | GenerateRequest | TokenChunk | GenerateResult | Abort;
+export const CONTROL_KINDS = ["batch", "ack", "credit", "weight_version", "heartbeat", "error", "engine_hello", "engine_info", "generate", "token_chunk", "generate_result", "abort"] as const;
 export type ControlKind = (typeof CONTROL_KINDS)[number];
 
 export type ScalarName =
@@ -263,6 +369,14 @@ export interface FieldDescriptor {
   readonly name: string;
   readonly nullable: boolean;
   readonly type: FieldType;
+}
+/** Control messages also hold packed arrays: msgpack bin of little-endian values. */
+export type ArrayElement = "int32" | "float32" | "uint8" | "uint16";
+export type MessageFieldType = FieldType | { kind: "array"; element: ArrayElement };
+export interface MessageFieldDescriptor {
+  readonly name: string;
+  readonly nullable: boolean;
+  readonly type: MessageFieldType;
 }
 
 /** Maps each record name to its TS type. */
@@ -341,7 +455,7 @@ export const RECORD_FIELDS: { readonly [R in RecordName]: readonly FieldDescript
   ],
 };
 
-export const MESSAGE_FIELDS: { readonly [K in ControlKind]: readonly FieldDescriptor[] } = {
+export const MESSAGE_FIELDS: { readonly [K in ControlKind]: readonly MessageFieldDescriptor[] } = {
   batch: [
     { name: "batch_id", nullable: false, type: { kind: "scalar", scalar: "string" } },
     { name: "producer_id", nullable: false, type: { kind: "scalar", scalar: "string" } },
@@ -376,6 +490,56 @@ export const MESSAGE_FIELDS: { readonly [K in ControlKind]: readonly FieldDescri
     { name: "code", nullable: false, type: { kind: "scalar", scalar: "string" } },
     { name: "message", nullable: false, type: { kind: "scalar", scalar: "string" } },
     { name: "batch_id", nullable: true, type: { kind: "scalar", scalar: "string" } },
+    { name: "request_id", nullable: true, type: { kind: "scalar", scalar: "string" } },
+    { name: "field", nullable: true, type: { kind: "scalar", scalar: "string" } },
+  ],
+  engine_hello: [
+    { name: "client_id", nullable: false, type: { kind: "scalar", scalar: "string" } },
+    { name: "schema_version", nullable: false, type: { kind: "scalar", scalar: "string" } },
+  ],
+  engine_info: [
+    { name: "model", nullable: false, type: { kind: "scalar", scalar: "string" } },
+    { name: "policy_version", nullable: false, type: { kind: "scalar", scalar: "int64" } },
+    { name: "vocab_size", nullable: false, type: { kind: "scalar", scalar: "int32" } },
+    { name: "max_context", nullable: false, type: { kind: "scalar", scalar: "int32" } },
+    { name: "moe_layers", nullable: false, type: { kind: "scalar", scalar: "int32" } },
+    { name: "top_k", nullable: false, type: { kind: "scalar", scalar: "int32" } },
+    { name: "num_experts", nullable: false, type: { kind: "scalar", scalar: "int32" } },
+    { name: "active_requests", nullable: false, type: { kind: "scalar", scalar: "int32" } },
+    { name: "schema_version", nullable: false, type: { kind: "scalar", scalar: "string" } },
+  ],
+  generate: [
+    { name: "request_id", nullable: false, type: { kind: "scalar", scalar: "string" } },
+    { name: "model", nullable: true, type: { kind: "scalar", scalar: "string" } },
+    { name: "policy_version", nullable: true, type: { kind: "scalar", scalar: "int64" } },
+    { name: "prompt_token_ids", nullable: false, type: { kind: "array", element: "int32" } },
+    { name: "temperature", nullable: false, type: { kind: "scalar", scalar: "float64" } },
+    { name: "top_p", nullable: false, type: { kind: "scalar", scalar: "float64" } },
+    { name: "max_tokens", nullable: false, type: { kind: "scalar", scalar: "int32" } },
+    { name: "stop_token_ids", nullable: false, type: { kind: "array", element: "int32" } },
+    { name: "seed", nullable: true, type: { kind: "scalar", scalar: "int64" } },
+    { name: "stream", nullable: false, type: { kind: "scalar", scalar: "bool" } },
+  ],
+  token_chunk: [
+    { name: "request_id", nullable: false, type: { kind: "scalar", scalar: "string" } },
+    { name: "token_ids", nullable: false, type: { kind: "array", element: "int32" } },
+    { name: "logprobs", nullable: false, type: { kind: "array", element: "float32" } },
+    { name: "policy_version", nullable: false, type: { kind: "scalar", scalar: "int64" } },
+  ],
+  generate_result: [
+    { name: "request_id", nullable: false, type: { kind: "scalar", scalar: "string" } },
+    { name: "finish_reason", nullable: false, type: { kind: "enum", values: FINISH_REASON_VALUES } },
+    { name: "completion_token_ids", nullable: false, type: { kind: "array", element: "int32" } },
+    { name: "logprobs", nullable: false, type: { kind: "array", element: "float32" } },
+    { name: "prompt_routing", nullable: false, type: { kind: "array", element: "uint16" } },
+    { name: "completion_routing", nullable: false, type: { kind: "array", element: "uint16" } },
+    { name: "moe_layers", nullable: false, type: { kind: "scalar", scalar: "int32" } },
+    { name: "top_k", nullable: false, type: { kind: "scalar", scalar: "int32" } },
+    { name: "policy_version", nullable: false, type: { kind: "scalar", scalar: "int64" } },
+    { name: "seed", nullable: false, type: { kind: "scalar", scalar: "int64" } },
+  ],
+  abort: [
+    { name: "request_id", nullable: false, type: { kind: "scalar", scalar: "string" } },
   ],
 };
 

@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 import { encodeBatch } from "./arrow-encode.ts";
 import { encodeControl } from "./control-codec.ts";
 import {
-  TokenProvenance, type ArrowRecordName, type ControlMessage, type FinishReason, type RoutingArray, type Segment,
+  MESSAGE_FIELDS, TokenProvenance, type ArrowRecordName, type ControlMessage, type FinishReason, type RoutingArray, type Segment,
   type Trajectory, type Turn, type TurnSpan,
 } from "./generated.ts";
 import { allocRouting, checkRoutingShape, routingPerToken, type RoutingShape } from "./routing.ts";
@@ -45,7 +45,21 @@ export interface Cases {
 }
 
 export function loadCases(): Cases {
-  return JSON.parse(readFileSync(CASES_PATH, "utf8")) as Cases;
+  const cases = JSON.parse(readFileSync(CASES_PATH, "utf8")) as Cases;
+  for (const c of cases.messages) c.message = packedArrays(c.message);
+  return cases;
+}
+
+/** cases.json writes `array<T>` fields as JSON lists (floats may be "nan", "inf", "-inf"); the codec wants typed arrays. */
+function packedArrays(message: ControlMessage): ControlMessage {
+  const out = { ...message } as Record<string, unknown>;
+  for (const desc of MESSAGE_FIELDS[message.kind]) {
+    const value = out[desc.name];
+    if (desc.type.kind !== "array" || !Array.isArray(value)) continue;
+    const ctor = { int32: Int32Array, float32: Float32Array, uint8: Uint8Array, uint16: Uint16Array }[desc.type.element];
+    out[desc.name] = ctor.from(value.map((v: number | string) => (typeof v === "string" ? SPECIAL[v]! : v)));
+  }
+  return out as unknown as ControlMessage;
 }
 
 export function tokenId(seed: number, index: number): number {

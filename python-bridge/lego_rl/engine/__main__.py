@@ -1,0 +1,63 @@
+"""`python -m lego_rl.engine --model DIR [--bind ADDR] [--dtype float32|bfloat16]`: serve the engine over ZeroMQ.
+
+Prints one JSON line `{"type": "listening", "address": ..., "model": ...}` once bound
+(bind `tcp://127.0.0.1:*` and read the port from it), and `{"type": "stopped", ...}`
+after SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from typing import Any
+
+import torch
+
+from .engine import EngineConfig
+from .server import EngineServerConfig
+
+
+def _print(event: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lego_rl.engine", description=__doc__)
+    parser.add_argument("--model", required=True, help="model directory (config.json, model.safetensors)")
+    parser.add_argument("--bind", default="tcp://127.0.0.1:5556", help="ZeroMQ endpoint; tcp://127.0.0.1:* picks a free port")
+    parser.add_argument("--name", default=None, help="model name clients may ask for (default: the directory's name)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--max-running", type=int, default=EngineConfig().max_running)
+    parser.add_argument("--max-context", type=int, default=None, help="prompt + completion limit (default: the model's)")
+    parser.add_argument("--policy-version", type=int, default=0, help="version of the weights in --model")
+    # One intra-op thread by default: on small shared machines a second one stalls every small op (docs/model.md).
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    config = EngineServerConfig(
+        model_dir=args.model,
+        bind=args.bind,
+        model_name=args.name,
+        engine=EngineConfig(dtype=args.dtype, device=args.device, max_running=args.max_running, max_context=args.max_context),
+        policy_version=args.policy_version,
+    )
+    server = config.build()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    _print({"type": "listening", "address": server.address, "model": server.model_name, "policy_version": server.engine.policy_version})
+    try:
+        server.serve(stop)
+    finally:
+        _print({"type": "stopped", "stats": server.stats})
+        server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

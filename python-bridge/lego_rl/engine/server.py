@@ -1,0 +1,252 @@
+"""The engine over ZeroMQ: a ROUTER socket in front of one `Engine` (frames from schemas/records.toml).
+
+1. One thread owns the socket and the engine. Each turn of the loop reads every frame
+   already queued (without blocking while the engine has work), then runs one
+   `Engine.step()`; so requests from any number of DEALER clients join the same
+   continuous batch between decode steps.
+2. Every ZeroMQ message is one msgpack control frame (docs/model.md "Serving over ZeroMQ"). A
+   client sends EngineHello, GenerateRequest or Abort; the server answers EngineInfo,
+   TokenChunk per sampled token (when `stream`) and one GenerateResult per request.
+3. Bad input never stops the server: an undecodable frame, a message of the wrong
+   kind, an unknown model name or policy version, and every `InvalidRequestError`
+   become an Error reply (code, message, request_id, field) and the loop goes on.
+4. Request ids are scoped per client: the engine sees `<peer hex>/<request_id>`, so two
+   clients may reuse an id; replies carry the client's own id.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import zmq
+
+from lego_rl.schema import ControlMessageError, decode_control, encode_control
+from lego_rl.schema.generated import (
+    SCHEMA_MAJOR,
+    SCHEMA_VERSION,
+    Abort,
+    EngineHello,
+    EngineInfo,
+    Error,
+    GenerateRequest,
+    GenerateResult,
+    TokenChunk,
+)
+
+from .engine import Engine, EngineConfig
+from .types import GenerationRequest, GenerationResult, InvalidRequestError, SamplingParams, TokenEvent, UnknownRequestError
+
+# The control codec carries integers exactly only within +-2^53 (JavaScript numbers), so a
+# seed the server draws for a request that gave none stays below that; the engine's own
+# draw goes up to 2^63.
+_SEED_LIMIT = 2**53
+# Frames read per loop turn at most, so a flood of requests cannot starve decoding.
+_MAX_FRAMES_PER_TURN = 256
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class EngineServerConfig:
+    """What `python -m lego_rl.engine` and the Ray actor serve, and where."""
+
+    model_dir: str
+    """A Hugging Face style model directory (config.json + safetensors)."""
+    bind: str = "tcp://127.0.0.1:5556"
+    """ZeroMQ endpoint to bind; `tcp://127.0.0.1:*` picks a free port (read it from `address`)."""
+    model_name: str | None = None
+    """Name clients may ask for (GenerateRequest.model); None = the model directory's name."""
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    """Scheduling and dtype of the engine."""
+    policy_version: int = 0
+    """Version of the weights loaded from model_dir."""
+
+    def build(self, context: zmq.Context[Any] | None = None) -> EngineServer:
+        engine = Engine.from_model_dir(self.model_dir, self.engine, policy_version=self.policy_version)
+        name = self.model_name or Path(self.model_dir).resolve().name
+        return EngineServer(engine, bind=self.bind, model_name=name, context=context)
+
+
+@dataclass(kw_only=True, slots=True)
+class _Pending:
+    peer: bytes
+    request_id: str
+    """The client's id (the engine's is `<peer hex>/<request_id>`)."""
+    stream: bool
+
+
+class EngineServer:
+    """Serves one Engine on a bound ROUTER socket; call `serve(stop)` from one thread."""
+
+    def __init__(self, engine: Engine, *, bind: str, model_name: str, context: zmq.Context[Any] | None = None) -> None:
+        self.engine = engine
+        self.model_name = model_name
+        self._context = context or zmq.Context.instance()
+        self._socket = self._context.socket(zmq.ROUTER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.bind(bind)
+        self._pending: dict[str, _Pending] = {}
+        self._seeds = random.Random()
+        self.stats: dict[str, int] = {"requests": 0, "results": 0, "errors": 0, "aborts": 0}
+
+    @property
+    def address(self) -> str:
+        """The bound endpoint with the real port (bind `tcp://127.0.0.1:*` for an ephemeral one)."""
+        return self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    def serve(self, stop: threading.Event | None = None, idle_poll_ms: int = 50) -> None:
+        """Runs until `stop` is set (checked every `idle_poll_ms` while idle) or the socket closes."""
+        while not (stop is not None and stop.is_set()) and not self._socket.closed:
+            self.serve_once(idle_poll_ms)
+
+    def serve_once(self, idle_poll_ms: int = 50) -> None:
+        """Reads the frames that are waiting (blocking up to `idle_poll_ms` only when idle), then steps once."""
+        wait = 0 if self.engine.has_work else idle_poll_ms
+        for _ in range(_MAX_FRAMES_PER_TURN):
+            if not self._socket.poll(wait):
+                break
+            self._handle(self._socket.recv_multipart(copy=False))
+            wait = 0
+        if self.engine.has_work:
+            for event in self.engine.step():
+                self._dispatch(event)
+
+    def close(self) -> None:
+        self._socket.close(linger=0)
+
+    # ------------------------------------------------------------ requests in
+
+    def _handle(self, frames: list[Any]) -> None:
+        peer = frames[0].bytes
+        if len(frames) != 2:
+            self._error(peer, "bad_frame", f"expected one control frame per message, got {len(frames) - 1}")
+            return
+        body = frames[1].buffer
+        try:
+            message = decode_control(body)
+        except ControlMessageError as error:
+            self._error(peer, "bad_frame", str(error), request_id=_salvage_request_id(body))
+            return
+        if isinstance(message, GenerateRequest):
+            self._generate(peer, message)
+        elif isinstance(message, Abort):
+            self._abort(peer, message.request_id)
+        elif isinstance(message, EngineHello):
+            self._hello(peer, message)
+        else:
+            self._error(peer, "unexpected_message", f"an engine handles engine_hello, generate and abort, not {type(message).KIND}")
+
+    def _hello(self, peer: bytes, hello: EngineHello) -> None:
+        major = hello.schema_version.split(".")[0]
+        if major != str(SCHEMA_MAJOR):
+            self._error(peer, "schema_version", f"client {hello.client_id!r} speaks schema {hello.schema_version}; this engine speaks {SCHEMA_VERSION}")
+            return
+        config = self.engine.model.config
+        self._send(peer, EngineInfo(
+            model=self.model_name,
+            policy_version=self.engine.policy_version,
+            vocab_size=config.vocab_size,
+            max_context=self.engine.max_context,
+            moe_layers=len(config.moe_layers),
+            top_k=config.num_experts_per_tok,
+            num_experts=config.num_experts,
+            active_requests=len(self._pending),
+            schema_version=SCHEMA_VERSION,
+        ))
+
+    def _generate(self, peer: bytes, req: GenerateRequest) -> None:
+        rid = req.request_id
+        if req.model is not None and req.model != self.model_name:
+            self._error(peer, "unknown_model", f"request {rid!r} asks for model {req.model!r}; this engine serves {self.model_name!r}", request_id=rid, bad_field="model")
+            return
+        if req.policy_version is not None and req.policy_version != self.engine.policy_version:
+            self._error(
+                peer, "policy_version",
+                f"request {rid!r} expects policy version {req.policy_version}; this engine serves version {self.engine.policy_version}",
+                request_id=rid, bad_field="policy_version",
+            )
+            return
+        key = f"{peer.hex()}/{rid}"
+        seed = req.seed if req.seed is not None else self._seeds.randrange(_SEED_LIMIT)
+        request = GenerationRequest(
+            request_id=key,
+            prompt_token_ids=tuple(req.prompt_token_ids.tolist()),
+            sampling=SamplingParams(
+                temperature=req.temperature, top_p=req.top_p, max_tokens=req.max_tokens,
+                stop_token_ids=tuple(req.stop_token_ids.tolist()), seed=seed,
+            ),
+        )
+        try:
+            self.engine.submit(request)
+        except InvalidRequestError as error:
+            # The engine's message names the scoped key; the client knows its own id.
+            self._error(peer, "invalid_request", str(error).replace(repr(key), repr(rid)), request_id=rid, bad_field=error.field)
+            return
+        self._pending[key] = _Pending(peer=peer, request_id=rid, stream=req.stream)
+        self.stats["requests"] += 1
+
+    def _abort(self, peer: bytes, rid: str) -> None:
+        key = f"{peer.hex()}/{rid}"
+        try:
+            result = self.engine.abort(key)
+        except UnknownRequestError:
+            # Usually a race: the request ended (its result is on the way) as the client aborted.
+            self._error(peer, "unknown_request", f"no request {rid!r} of this client is queued or running", request_id=rid, bad_field="request_id")
+            return
+        self.stats["aborts"] += 1
+        self._dispatch(result)
+
+    # ------------------------------------------------------------ replies out
+
+    def _dispatch(self, event: TokenEvent | GenerationResult) -> None:
+        if isinstance(event, TokenEvent):
+            pending = self._pending[event.request_id]
+            if pending.stream:
+                self._send(pending.peer, TokenChunk(
+                    request_id=pending.request_id,
+                    token_ids=np.array([event.token_id], dtype=np.int32),
+                    logprobs=np.array([event.logprob], dtype=np.float32),
+                    policy_version=event.policy_version,
+                ))
+            return
+        pending = self._pending.pop(event.request_id)
+        self.stats["results"] += 1
+        self._send(pending.peer, result_message(pending.request_id, event))
+
+    def _send(self, peer: bytes, message: Any) -> None:
+        self._socket.send_multipart([peer, encode_control(message)])
+
+    def _error(self, peer: bytes, code: str, message: str, *, request_id: str | None = None, bad_field: str | None = None) -> None:
+        self.stats["errors"] += 1
+        self._send(peer, Error(code=code, message=message, batch_id=None, request_id=request_id, field=bad_field))
+
+
+def result_message(request_id: str, result: GenerationResult) -> GenerateResult:
+    """The wire form of a finished request; routing [N, L, K] int16 becomes flat uint16 (ids are >= 0)."""
+    _, layers, top_k = result.prompt_routing.shape
+    return GenerateResult(
+        request_id=request_id,
+        finish_reason=result.finish_reason,
+        completion_token_ids=np.asarray(result.completion_token_ids, dtype=np.int32),
+        logprobs=result.logprobs.numpy(),
+        prompt_routing=result.prompt_routing.numpy().reshape(-1).astype(np.uint16),
+        completion_routing=result.completion_routing.numpy().reshape(-1).astype(np.uint16),
+        moe_layers=layers,
+        top_k=top_k,
+        policy_version=result.policy_version,
+        seed=result.seed,
+    )
+
+
+def _salvage_request_id(body: Any) -> str | None:
+    """The `request_id` of a frame that failed validation, if it is a readable map, so the client can fail that request."""
+    try:
+        wire = msgpack.unpackb(body, raw=False)
+    except (msgpack.UnpackException, ValueError, TypeError):
+        return None
+    rid = wire.get("request_id") if isinstance(wire, dict) else None
+    return rid if isinstance(rid, str) else None

@@ -1,0 +1,255 @@
+"""The engine over ZeroMQ: real sockets, a DEALER client per test, the tiny byte-tokenizer model."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+
+from lego_rl.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
+from lego_rl.engine.server import EngineServer, EngineServerConfig
+from lego_rl.model.tiny import write_tiny_model
+from lego_rl.schema import decode_control, encode_control
+from lego_rl.schema.generated import SCHEMA_VERSION, Abort, Ack, EngineHello, EngineInfo, Error, GenerateRequest, GenerateResult, TokenChunk
+
+# A room big enough that an un-aborted request would run for seconds, so the abort test
+# cannot pass by the request finishing on its own.
+ENGINE = EngineConfig(max_context=4096)
+REPLY_TIMEOUT_MS = 30_000  # a missing reply fails the test; it never paces it
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny-bytes", tokenizer="bytes", seed=0)
+
+
+@pytest.fixture(scope="module")
+def server(model_dir: Path) -> Iterator[EngineServer]:
+    served = EngineServerConfig(model_dir=str(model_dir), bind="tcp://127.0.0.1:*", engine=ENGINE).build()
+    stop = threading.Event()
+    thread = threading.Thread(target=served.serve, args=(stop,), daemon=True)
+    thread.start()
+    yield served
+    stop.set()
+    thread.join()
+    served.close()
+
+
+class Client:
+    def __init__(self, address: str) -> None:
+        self.socket = zmq.Context.instance().socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.connect(address)
+
+    def send(self, message: Any) -> None:
+        self.socket.send(encode_control(message))
+
+    def send_raw(self, *frames: bytes) -> None:
+        self.socket.send_multipart(list(frames))
+
+    def recv(self) -> Any:
+        assert self.socket.poll(REPLY_TIMEOUT_MS), "no reply from the engine server"
+        return decode_control(self.socket.recv())
+
+    def until_result(self, request_id: str) -> tuple[list[TokenChunk], GenerateResult]:
+        chunks = []
+        while True:
+            message = self.recv()
+            assert message.request_id == request_id, message
+            if isinstance(message, GenerateResult):
+                return chunks, message
+            assert isinstance(message, TokenChunk), message
+            chunks.append(message)
+
+    def close(self) -> None:
+        self.socket.close(linger=0)
+
+
+@pytest.fixture
+def client(server: EngineServer) -> Iterator[Client]:
+    c = Client(server.address)
+    yield c
+    c.close()
+
+
+def generate(rid: str, prompt: list[int], *, max_tokens: int = 8, temperature: float = 0.0, seed: int | None = None,
+             stop: tuple[int, ...] = (), stream: bool = True, **extra: Any) -> GenerateRequest:
+    return GenerateRequest(
+        request_id=rid, model=extra.get("model"), policy_version=extra.get("policy_version"),
+        prompt_token_ids=np.array(prompt, dtype=np.int32), temperature=temperature, top_p=1.0, max_tokens=max_tokens,
+        stop_token_ids=np.array(stop, dtype=np.int32), seed=seed, stream=stream,
+    )
+
+
+def as_engine_request(req: GenerateRequest) -> GenerationRequest:
+    return GenerationRequest(request_id=req.request_id, prompt_token_ids=tuple(req.prompt_token_ids.tolist()), sampling=SamplingParams(
+        temperature=req.temperature, top_p=req.top_p, max_tokens=req.max_tokens, stop_token_ids=tuple(req.stop_token_ids.tolist()), seed=req.seed))
+
+
+def test_concurrent_requests_stream_the_same_tokens_logprobs_and_routing_as_the_in_process_engine(model_dir: Path, server: EngineServer, client: Client):
+    requests = [
+        generate("a", list(b"Hello, world"), max_tokens=12),
+        generate("b", list(b"def f(x):"), max_tokens=9, stop=(10, 32)),
+        generate("c", list(b"<|im_start|>user"), max_tokens=10, temperature=1.0, seed=1234),
+        generate("d", [257, *b"x" * 40], max_tokens=6),
+    ]
+    for req in requests:
+        client.send(req)
+    chunks_of: dict[str, list[TokenChunk]] = {r.request_id: [] for r in requests}
+    results: dict[str, GenerateResult] = {}
+    while len(results) < len(requests):
+        message = client.recv()
+        if isinstance(message, GenerateResult):
+            results[message.request_id] = message
+        else:
+            assert isinstance(message, TokenChunk) and message.request_id not in results, message
+            chunks_of[message.request_id].append(message)
+    expected = Engine.from_model_dir(model_dir, ENGINE).generate([as_engine_request(r) for r in requests])
+    for req in requests:
+        chunks, result = chunks_of[req.request_id], results[req.request_id]
+        want = expected[req.request_id]
+        streamed = [int(t) for c in chunks for t in c.token_ids]
+        assert streamed == result.completion_token_ids.tolist() == want.completion_token_ids
+        assert np.concatenate([c.logprobs for c in chunks]).tobytes() == result.logprobs.tobytes()
+        # Batch neighbours change logits by GEMM rounding only (docs/model.md "Per-sequence KV caches").
+        np.testing.assert_allclose(result.logprobs, want.logprobs.numpy(), rtol=0, atol=1e-5)
+        assert result.finish_reason == want.finish_reason
+        assert req.seed is None or result.seed == req.seed
+        assert (result.moe_layers, result.top_k) == (4, 2)
+        assert np.array_equal(result.prompt_routing.reshape(-1, 4, 2), want.prompt_routing.numpy())
+        assert np.array_equal(result.completion_routing.reshape(-1, 4, 2), want.completion_routing.numpy())
+        assert result.policy_version == 0 and all(c.policy_version == 0 for c in chunks)
+
+
+def test_without_stream_only_the_result_is_sent_and_an_unseeded_request_reports_a_js_safe_seed(client: Client):
+    client.send(generate("quiet", [1, 2, 3], max_tokens=3, temperature=1.0, stream=False))
+    result = client.recv()
+    assert isinstance(result, GenerateResult) and len(result.completion_token_ids) == 3
+    assert 0 <= result.seed < 2**53
+
+
+def test_hello_describes_the_served_model(server: EngineServer, client: Client):
+    client.send(EngineHello(client_id="test", schema_version=SCHEMA_VERSION))
+    info = client.recv()
+    assert info == EngineInfo(model="tiny-bytes", policy_version=0, vocab_size=259, max_context=4096, moe_layers=4, top_k=2,
+                              num_experts=8, active_requests=0, schema_version=SCHEMA_VERSION)
+
+
+def test_abort_stops_a_running_request_and_returns_what_it_produced(client: Client):
+    client.send(generate("long", [1, 2, 3], max_tokens=4000))
+    first = client.recv()
+    assert isinstance(first, TokenChunk) and first.request_id == "long"
+    client.send(Abort(request_id="long"))
+    chunks, result = client.until_result("long")
+    assert result.finish_reason == "abort"
+    assert result.completion_token_ids.tolist() == [int(first.token_ids[0])] + [int(t) for c in chunks for t in c.token_ids]
+    assert len(result.completion_token_ids) < 4000
+    # Frames of one connection are handled in order, so this reply reflects the abort.
+    client.send(EngineHello(client_id="test", schema_version=SCHEMA_VERSION))
+    assert client.recv().active_requests == 0
+
+
+def test_two_clients_may_use_the_same_request_id(server: EngineServer, client: Client):
+    other = Client(server.address)
+    try:
+        client.send(generate("same", [5, 6], max_tokens=2))
+        other.send(generate("same", [7, 8], max_tokens=3))
+        assert len(client.until_result("same")[1].completion_token_ids) == 2
+        assert len(other.until_result("same")[1].completion_token_ids) == 3
+    finally:
+        other.close()
+
+
+BAD_INPUTS: dict[str, tuple[list[bytes], str, str | None, str | None]] = {
+    # name: (frames, code, request_id, field)
+    "out-of-vocabulary id": ([encode_control(generate("oov", [1, 259]))], "invalid_request", "oov", "prompt_token_ids"),
+    "prompt as long as the context": ([encode_control(generate("long", [1] * 4096))], "invalid_request", "long", "prompt_token_ids"),
+    "max_tokens 0": ([encode_control(generate("zero", [1], max_tokens=0))], "invalid_request", "zero", "sampling.max_tokens"),
+    "negative temperature": ([encode_control(generate("t", [1], temperature=-1.0))], "invalid_request", "t", "sampling.temperature"),
+    "unknown model": ([encode_control(generate("m", [1], model="qwen3-235b"))], "unknown_model", "m", "model"),
+    "unknown policy version": ([encode_control(generate("v", [1], policy_version=5))], "policy_version", "v", "policy_version"),
+    "not msgpack": ([b"\xc1"], "bad_frame", None, None),
+    "ids as a msgpack list, not bin": (
+        [msgpack.packb({**msgpack.unpackb(encode_control(generate("lst", [1]))), "prompt_token_ids": [1, 2]})], "bad_frame", "lst", None),
+    "unknown kind": ([msgpack.packb({"kind": "generate_all", "request_id": "k"})], "bad_frame", "k", None),
+    "a message engines do not take": ([encode_control(Ack(batch_id="b", status="accepted", reason=None))], "unexpected_message", None, None),
+    "two frames": ([b"a", b"b"], "bad_frame", None, None),
+    "another schema major": ([encode_control(EngineHello(client_id="old", schema_version="2.0.0"))], "schema_version", None, None),
+    "abort of an unknown request": ([encode_control(Abort(request_id="ghost"))], "unknown_request", "ghost", "request_id"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUTS))
+def test_bad_input_gets_an_error_reply_and_the_server_keeps_serving(client: Client, name: str):
+    frames, code, request_id, field = BAD_INPUTS[name]
+    client.send_raw(*frames)
+    error = client.recv()
+    assert isinstance(error, Error), error
+    assert (error.code, error.request_id, error.field) == (code, request_id, field), error.message
+    assert error.message
+    client.send(generate("after", [1, 2, 3], max_tokens=2))
+    assert client.until_result("after")[1].finish_reason == "length"
+
+
+def test_a_duplicate_running_request_id_is_refused_naming_the_clients_own_id(client: Client):
+    client.send(generate("dup", [1, 2], max_tokens=4000))
+    client.send(generate("dup", [1, 2], max_tokens=2))
+    client.send(Abort(request_id="dup"))
+    errors = []
+    while not isinstance(message := client.recv(), GenerateResult):
+        if isinstance(message, Error):
+            errors.append(message)
+    assert [(e.code, e.request_id, e.field) for e in errors] == [("invalid_request", "dup", "request_id")]
+    assert "'dup'" in errors[0].message and "/dup" not in errors[0].message
+    assert message.finish_reason == "abort"
+
+
+def test_python_m_lego_rl_engine_serves_until_sigterm(model_dir: Path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lego_rl.engine", "--model", str(model_dir), "--bind", "tcp://127.0.0.1:*", "--name", "tiny"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        listening = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
+        assert listening["type"] == "listening" and listening["model"] == "tiny"
+        c = Client(listening["address"])
+        c.send(generate("cli", [1, 2, 3], max_tokens=2, model="tiny"))
+        assert c.until_result("cli")[1].finish_reason == "length"
+        c.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        stopped = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
+        assert stopped == {"type": "stopped", "stats": {"requests": 1, "results": 1, "errors": 0, "aborts": 0}}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.slow
+def test_the_ray_actor_serves_the_engine_over_zeromq(model_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    ray = pytest.importorskip("ray")
+    from lego_rl.cluster.engine_server_actor import start_engine_server
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        actor = start_engine_server(EngineServerConfig(model_dir=str(model_dir), bind="tcp://127.0.0.1:*", model_name="tiny"))
+        c = Client(ray.get(actor.address.remote()))
+        c.send(generate("ray", [1, 2, 3], max_tokens=3, model="tiny"))
+        chunks, result = c.until_result("ray")
+        assert len(chunks) == 3 and result.finish_reason == "length"
+        c.close()
+        assert ray.get(actor.stats.remote())["results"] == 1
+        ray.get(actor.stop.remote())
+    finally:
+        ray.shutdown()

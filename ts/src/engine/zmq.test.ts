@@ -1,0 +1,152 @@
+/**
+ * The ZeroMQ engine client against the real Python engine
+ * (`python -m lego_rl.engine`) serving the tiny byte-tokenizer MoE model, and
+ * the proxy in front of it answering the official `openai` SDK.
+ */
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loadProxyModel } from "../proxy/model.ts";
+import { ProxyServer } from "../proxy/server.ts";
+import { REPO_ROOT } from "../schema/vectors.ts";
+import { EngineAbortedError, type GenerateChunk, type GenerateRequest } from "./types.ts";
+import { EngineRequestError, ZmqEngine } from "./zmq.ts";
+
+const PYTHON = join(REPO_ROOT, ".venv/bin/python");
+const MODEL = "tiny-bytes";
+// Tiny model shape (lego_rl.model.tiny): 4 MoE layers, top-2 of 8 experts, 259 ids.
+const LAYERS = 4;
+const TOP_K = 2;
+
+let dir: string;
+let server: ChildProcess;
+let address: string;
+let engine: ZmqEngine;
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "lego-zmq-engine-"));
+  const modelDir = join(dir, MODEL);
+  execFileSync(PYTHON, ["-m", "lego_rl.model.tiny", "--out", modelDir, "--tokenizer", "bytes", "--seed", "0"], { cwd: REPO_ROOT, stdio: "ignore" });
+  // A context big enough that an un-aborted request would run for seconds.
+  server = spawn(PYTHON, ["-m", "lego_rl.engine", "--model", modelDir, "--bind", "tcp://127.0.0.1:*", "--max-context", "4096"], {
+    cwd: REPO_ROOT, stdio: ["ignore", "pipe", "inherit"],
+  });
+  const lines = createInterface({ input: server.stdout! });
+  const first = await new Promise<string>((resolve, reject) => {
+    lines.once("line", resolve);
+    server.once("exit", (code) => reject(new Error(`engine exited with ${code} before listening`)));
+  });
+  const listening = JSON.parse(first) as { type: string; address: string };
+  expect(listening.type).toBe("listening");
+  address = listening.address;
+  engine = new ZmqEngine({ address, model: MODEL });
+});
+
+afterAll(async () => {
+  await engine?.close();
+  if (server && server.exitCode === null) {
+    const exited = new Promise((resolve) => server.once("exit", resolve));
+    server.kill("SIGTERM");
+    await exited;
+  }
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function request(id: string, prompt: number[], maxTokens: number): GenerateRequest {
+  return { request_id: id, prompt_ids: Int32Array.from(prompt), sampling: { temperature: 0, top_p: 1, max_tokens: maxTokens, stop_token_ids: [], seed: null } };
+}
+
+async function collect(stream: AsyncIterable<GenerateChunk>): Promise<GenerateChunk[]> {
+  const chunks: GenerateChunk[] = [];
+  for await (const c of stream) chunks.push(c);
+  return chunks;
+}
+
+describe("ZmqEngine", () => {
+  it("streams one chunk per sampled token, then the routing of prompt and completion", async () => {
+    const prompt = [...Buffer.from("Hello")];
+    const chunks = await collect(engine.generate(request("stream-1", prompt, 6)));
+    const tokens = chunks.slice(0, -1);
+    expect(tokens.map((c) => c.token_ids.length)).toEqual([1, 1, 1, 1, 1, 1]);
+    expect(tokens.every((c) => c.finish_reason === null && c.routing === null && c.logprobs[0]! <= 0 && c.policy_version === 0)).toBe(true);
+    const last = chunks.at(-1)!;
+    expect(last.token_ids).toEqual([]);
+    expect(last.finish_reason).toBe("length");
+    expect(last.routing).toBeInstanceOf(Uint8Array); // 8 experts <= 256: the schema's uint8 routing
+    expect(last.routing!.length).toBe(6 * LAYERS * TOP_K);
+    expect(Array.from(last.routing_recorded!)).toEqual([1, 1, 1, 1, 1, 1]);
+    expect(last.prompt_routing!.length).toBe(prompt.length * LAYERS * TOP_K);
+    expect(Math.max(...last.routing!, ...last.prompt_routing!)).toBeLessThan(8);
+    // Greedy decoding is deterministic: a second run of the same prompt matches token for token.
+    const again = await collect(engine.generate(request("stream-2", prompt, 6)));
+    expect(again.flatMap((c) => c.token_ids)).toEqual(chunks.flatMap((c) => c.token_ids));
+  });
+
+  it("aborting the signal stops the request on the engine", async () => {
+    const controller = new AbortController();
+    const seen: number[] = [];
+    const run = async () => {
+      for await (const chunk of engine.generate(request("abort-1", [1, 2, 3], 4000), controller.signal)) {
+        seen.push(...chunk.token_ids);
+        controller.abort();
+      }
+    };
+    await expect(run()).rejects.toBeInstanceOf(EngineAbortedError);
+    expect(seen.length).toBe(1);
+    // Messages of one connection are handled in order: this answer comes after the abort.
+    expect((await engine.engineInfo()).active_requests).toBe(0);
+  });
+
+  it("an error reply becomes a typed EngineRequestError naming the code, request and field", async () => {
+    const errorOf = async (stream: AsyncIterable<GenerateChunk>) => {
+      try {
+        await collect(stream);
+      } catch (e) {
+        return e;
+      }
+      return new Error("the request unexpectedly succeeded");
+    };
+    const zero = await errorOf(engine.generate(request("bad-1", [1, 2], 0)));
+    expect(zero).toBeInstanceOf(EngineRequestError);
+    expect(zero).toMatchObject({ code: "invalid_request", requestId: "bad-1", field: "sampling.max_tokens" });
+    const oov = await errorOf(engine.generate(request("bad-2", [1, 300], 2)));
+    expect(oov).toMatchObject({ code: "invalid_request", field: "prompt_token_ids" });
+    expect((oov as Error).message).toContain("id 300 at position 1");
+    const other = new ZmqEngine({ address, model: "qwen3-235b" });
+    try {
+      expect(await errorOf(other.generate(request("bad-3", [1], 2)))).toMatchObject({ code: "unknown_model", field: "model" });
+    } finally {
+      await other.close();
+    }
+    // The engine keeps serving.
+    expect((await collect(engine.generate(request("after-errors", [1, 2], 2)))).at(-1)!.finish_reason).toBe("length");
+  });
+});
+
+describe("the proxy in front of the Python engine", () => {
+  it("answers an OpenAI chat completion end to end and records the turn with routing", async () => {
+    const model = loadProxyModel(join(dir, MODEL));
+    const proxy = await ProxyServer.start({ model, engine, servedModels: [MODEL] });
+    try {
+      const session = proxy.createSession();
+      const client = new OpenAI({ baseURL: `${session.baseUrl}/v1`, apiKey: session.secret, maxRetries: 0 });
+      const reply = await client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "hi" }], max_tokens: 8, temperature: 0 });
+      const choice = reply.choices[0]!;
+      expect(["stop", "length"]).toContain(choice.finish_reason);
+      expect(typeof choice.message.content).toBe("string");
+      const records = proxy.closeSession(session.id);
+      expect(records.turns).toHaveLength(1);
+      const turn = records.turns[0]!;
+      expect(turn.completion_ids.length).toBe(reply.usage!.completion_tokens);
+      expect(turn.routing!.length).toBe(turn.completion_ids.length * LAYERS * TOP_K);
+      expect(turn.prompt_routing!.length).toBe(turn.prompt_ids.length * LAYERS * TOP_K);
+      expect(records.segments[0]!.routing_recorded).not.toBeNull();
+    } finally {
+      await proxy.close();
+    }
+  });
+});

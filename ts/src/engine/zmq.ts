@@ -1,0 +1,275 @@
+/**
+ * The embedded Python engine (`python -m lego_rl.engine`) over ZeroMQ.
+ *
+ * 1. One DEALER socket per client; every ZeroMQ message is one msgpack control
+ *    frame from schemas/records.toml (GenerateRequest, TokenChunk,
+ *    GenerateResult, Abort, EngineHello/EngineInfo, Error). Replies are routed
+ *    to the waiting `generate` by `request_id`.
+ * 2. Tokens stream as TokenChunks. A token's routing row exists only once the
+ *    engine has fed it back as input, so the routing of the whole completion
+ *    (and the prompt's) arrives with the GenerateResult: `generate` yields it as
+ *    a last chunk with no new tokens, whose `routing_recorded` covers them all.
+ * 3. Routing crosses the wire as uint16 and is narrowed to uint8 when the model
+ *    has at most 256 experts, the schema's rule for Segment.routing.
+ * 4. Aborting the signal sends Abort (the engine stops the request) and the
+ *    iterator throws EngineAbortedError; an Error reply becomes EngineRequestError.
+ */
+import { Dealer } from "zeromq";
+import { decodeControl, encodeControl } from "../schema/control-codec.ts";
+import { SCHEMA_VERSION, type ControlMessage, type EngineInfo, type GenerateResult, type TokenChunk } from "../schema/generated.ts";
+import type { Routing } from "../proxy/records.ts";
+import { EngineAbortedError, EngineError, type EngineClient, type GenerateChunk, type GenerateRequest } from "./types.ts";
+
+export interface ZmqEngineConfig {
+  /** Endpoint the engine bound, e.g. tcp://127.0.0.1:5556 (its "listening" line prints it). */
+  address: string;
+  /** Model the engine must serve (sent as GenerateRequest.model); omit to accept any. */
+  model?: string;
+  /** Policy version each request requires (Error policy_version otherwise); omit to accept what is live. */
+  policyVersion?: () => number | null;
+  /** Name sent in EngineHello, for the engine's logs. */
+  clientId?: string;
+  /** How long the first EngineInfo may take (engine start-up included) before calls fail. */
+  helloTimeoutMs?: number;
+}
+
+/** The engine answered a request (or hello) with an Error frame: `code` as in docs/model.md, `field` when one is to blame. */
+export class EngineRequestError extends EngineError {
+  constructor(
+    readonly code: string,
+    readonly requestId: string | null,
+    readonly field: string | null,
+    detail: string,
+  ) {
+    super("zmq", `${code}${requestId ? ` (request ${requestId})` : ""}: ${detail}`);
+    this.name = "EngineRequestError";
+  }
+}
+
+export function isEngineRequestError(e: unknown): e is EngineRequestError {
+  return e instanceof EngineRequestError;
+}
+
+type Reply = TokenChunk | GenerateResult | { kind: "failed"; error: Error };
+
+/** Replies of one request, in arrival order; `next` waits for the next one. */
+class ReplyQueue {
+  private readonly items: Reply[] = [];
+  private waiter: ((r: Reply) => void) | null = null;
+
+  push(reply: Reply): void {
+    if (this.waiter) {
+      const wake = this.waiter;
+      this.waiter = null;
+      wake(reply);
+    } else this.items.push(reply);
+  }
+
+  /** Ends the stream now: replies still queued are dropped (after an abort nobody wants them). */
+  fail(error: Error): void {
+    this.items.length = 0;
+    this.push({ kind: "failed", error });
+  }
+
+  next(): Promise<Reply> {
+    const item = this.items.shift();
+    if (item) return Promise.resolve(item);
+    return new Promise((resolve) => (this.waiter = resolve));
+  }
+}
+
+interface InfoWaiter {
+  resolve: (info: EngineInfo) => void;
+  reject: (e: Error) => void;
+}
+
+export class ZmqEngine implements EngineClient {
+  readonly name = "zmq";
+  private readonly socket = new Dealer({ linger: 0 });
+  private readonly streams = new Map<string, ReplyQueue>();
+  private readonly infoWaiters: InfoWaiter[] = [];
+  private sendTail: Promise<void> = Promise.resolve();
+  private firstInfo: Promise<EngineInfo> | null = null;
+  private closed = false;
+  /** Replies that named no request this client is waiting for (late results of aborted requests, stray errors). */
+  unrouted = 0;
+
+  constructor(private readonly config: ZmqEngineConfig) {
+    // Unsent messages wait for the connection (no `immediate`), so the client may start before the engine binds.
+    this.socket.connect(config.address);
+    void this.receiveLoop();
+  }
+
+  /** Asks the engine what it serves (also checks the schema MAJOR); replies come in order, so this reflects every earlier message. */
+  engineInfo(): Promise<EngineInfo> {
+    const reply = new Promise<EngineInfo>((resolve, reject) => this.infoWaiters.push({ resolve, reject }));
+    this.send({ kind: "engine_hello", client_id: this.config.clientId ?? "lego-proxy", schema_version: SCHEMA_VERSION }).catch((e: unknown) => {
+      const waiter = this.infoWaiters.shift();
+      waiter?.reject(new EngineError(this.name, `sending engine_hello failed: ${(e as Error).message}`, { cause: e }));
+    });
+    return reply;
+  }
+
+  async *generate(req: GenerateRequest, signal?: AbortSignal): AsyncIterable<GenerateChunk> {
+    const info = await this.ready();
+    const id = req.request_id;
+    if (this.streams.has(id)) throw new EngineError(this.name, `request ${id} is already running on this client`);
+    if (signal?.aborted) throw new EngineAbortedError(this.name, id);
+    const queue = new ReplyQueue();
+    this.streams.set(id, queue);
+    let abortSent = false;
+    let finished = false;
+    const abort = () => {
+      if (abortSent || finished) return;
+      abortSent = true;
+      // Fire and forget: the engine answers with a GenerateResult (abort) that nobody waits for any more.
+      this.send({ kind: "abort", request_id: id }).catch(() => undefined);
+    };
+    const onAbort = () => {
+      abort();
+      queue.fail(new EngineAbortedError(this.name, id));
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      await this.send({
+        kind: "generate",
+        request_id: id,
+        model: this.config.model ?? null,
+        policy_version: this.config.policyVersion?.() ?? null,
+        prompt_token_ids: req.prompt_ids instanceof Int32Array ? req.prompt_ids : Int32Array.from(req.prompt_ids),
+        temperature: req.sampling.temperature,
+        top_p: req.sampling.top_p,
+        max_tokens: req.sampling.max_tokens,
+        stop_token_ids: Int32Array.from(req.sampling.stop_token_ids),
+        seed: req.sampling.seed,
+        stream: true,
+      });
+      const streamed: number[] = [];
+      for (;;) {
+        const reply = await queue.next();
+        if (reply.kind === "failed") throw reply.error;
+        if (reply.kind === "token_chunk") {
+          const ids = Array.from(reply.token_ids);
+          streamed.push(...ids);
+          yield { token_ids: ids, logprobs: Array.from(reply.logprobs), routing: null, policy_version: reply.policy_version, finish_reason: null };
+          continue;
+        }
+        finished = true;
+        yield this.lastChunk(req, reply, streamed, info);
+        return;
+      }
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+      this.streams.delete(id);
+      // The consumer stopped early (break, throw): the engine must not keep generating for nobody.
+      if (!finished) abort();
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const [id, queue] of this.streams) {
+      this.send({ kind: "abort", request_id: id }).catch(() => undefined);
+      queue.fail(new EngineError(this.name, `client closed while request ${id} was running`));
+    }
+    for (const waiter of this.infoWaiters.splice(0)) waiter.reject(new EngineError(this.name, "client closed"));
+    await this.sendTail;
+    this.socket.close();
+  }
+
+  /** The first EngineInfo, fetched once: every request needs the routing shape and expert count. */
+  private ready(): Promise<EngineInfo> {
+    if (!this.firstInfo) {
+      const timeoutMs = this.config.helloTimeoutMs ?? 60_000;
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new EngineError(this.name, `no engine_info from ${this.config.address} within ${timeoutMs} ms; is the engine running?`)), timeoutMs);
+        timer.unref();
+      });
+      this.firstInfo = Promise.race([this.engineInfo(), timeout]).finally(() => clearTimeout(timer));
+      // A failed hello is retried by the next call rather than cached forever.
+      this.firstInfo.catch(() => (this.firstInfo = null));
+    }
+    return this.firstInfo;
+  }
+
+  private lastChunk(req: GenerateRequest, result: GenerateResult, streamed: number[], info: EngineInfo): GenerateChunk {
+    const ids = result.completion_token_ids;
+    if (ids.length !== streamed.length || ids.some((t, i) => t !== streamed[i])) {
+      throw new EngineError(this.name, `request ${req.request_id}: result has ${ids.length} tokens but ${streamed.length} were streamed, or they differ`);
+    }
+    const width = result.moe_layers * result.top_k;
+    const chunk: GenerateChunk = { token_ids: [], logprobs: [], routing: null, policy_version: result.policy_version, finish_reason: result.finish_reason };
+    if (width === 0) return chunk; // a dense model has no routing
+    const rows = (values: Uint16Array, tokens: number, what: string): Routing => {
+      if (values.length !== tokens * width) {
+        throw new EngineError(this.name, `request ${req.request_id}: ${what} has ${values.length} values, expected [${tokens}, ${result.moe_layers}, ${result.top_k}]`);
+      }
+      return info.num_experts <= 256 ? Uint8Array.from(values) : values;
+    };
+    chunk.routing = rows(result.completion_routing, ids.length, "completion_routing");
+    chunk.routing_recorded = new Uint8Array(ids.length).fill(1);
+    chunk.prompt_routing = rows(result.prompt_routing, req.prompt_ids.length, "prompt_routing");
+    return chunk;
+  }
+
+  /** zeromq.js allows one pending send per socket: sends queue here, in call order. */
+  private send(message: ControlMessage): Promise<void> {
+    if (this.closed && message.kind !== "abort") return Promise.reject(new EngineError(this.name, "client is closed"));
+    const bytes = encodeControl(message);
+    const sent = this.sendTail.then(() => this.socket.send(bytes));
+    this.sendTail = sent.catch(() => undefined);
+    return sent;
+  }
+
+  private async receiveLoop(): Promise<void> {
+    try {
+      for await (const frames of this.socket) this.onReply(frames);
+    } catch (error) {
+      if (!this.closed) this.failAll(new EngineError(this.name, `receiving from ${this.config.address} failed: ${(error as Error).message}`, { cause: error }));
+    }
+  }
+
+  private onReply(frames: Buffer[]): void {
+    let message: ControlMessage;
+    try {
+      if (frames.length !== 1) throw new Error(`expected one control frame, got ${frames.length}`);
+      message = decodeControl(frames[0]!);
+    } catch {
+      // A frame we cannot read names no request we could fail: count it so tests and logs see it.
+      this.unrouted += 1;
+      return;
+    }
+    switch (message.kind) {
+      case "engine_info":
+        this.infoWaiters.shift()?.resolve(message);
+        return;
+      case "token_chunk":
+      case "generate_result":
+        return this.route(message.request_id, message);
+      case "error": {
+        const error = new EngineRequestError(message.code, message.request_id, message.field, message.message);
+        if (message.request_id !== null && this.streams.has(message.request_id)) return this.route(message.request_id, { kind: "failed", error });
+        // This client sends only hellos without a request id, so an unattributed error answers the oldest hello.
+        const waiter = message.request_id === null ? this.infoWaiters.shift() : undefined;
+        if (waiter) waiter.reject(error);
+        else this.unrouted += 1;
+        return;
+      }
+      default:
+        this.unrouted += 1;
+    }
+  }
+
+  private route(requestId: string, reply: Reply): void {
+    const queue = this.streams.get(requestId);
+    if (queue) queue.push(reply);
+    else this.unrouted += 1;
+  }
+
+  private failAll(error: Error): void {
+    for (const queue of this.streams.values()) queue.fail(error);
+    for (const waiter of this.infoWaiters.splice(0)) waiter.reject(error);
+  }
+}
