@@ -24,6 +24,8 @@ from .engine_group import start_engines
 from .runtime import connect
 from .toy_source import ToyRolloutSource
 from .trainer_group import RayPolicy, TrainerGroup
+from .weight_sync import (DiskPublishConfig, DiskWeightPublisher, SglangSyncConfig, SglangWeightSync, VllmSyncConfig,
+                          VllmWeightSync, WeightPublisher)
 
 
 def _toy_task(vocab_size: int) -> ToyTask:
@@ -46,11 +48,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--trainer-ranks", type=int, default=1, help="trainer ranks; experts are sharded across them")
     parser.add_argument("--backend", choices=["gloo", "nccl"], default="gloo", help="torch.distributed backend for expert parallelism")
     parser.add_argument("--engine-dtype", choices=["float32", "bfloat16"], default="float32")
-    parser.add_argument("--lr", type=float, default=StepConfig.lr)
+    parser.add_argument("--lr", type=float, default=StepConfig().lr)
     parser.add_argument("--loss", choices=["gspo", "gspo_token", "grpo"], default="gspo")
     parser.add_argument("--max-steps", type=int, default=None)
     parser.add_argument("--log", type=Path, default=None)
+    parser.add_argument("--weights-dir", type=Path, default=None,
+                        help="write every published version to DIR/v<N>/ (HF layout) for external inference servers")
+    parser.add_argument("--sync-sglang", metavar="URL", action="append", default=[],
+                        help="SGLang server to load each version from --weights-dir (repeatable)")
+    parser.add_argument("--sync-vllm", metavar="URL", action="append", default=[],
+                        help="vLLM server (dev mode + LegoWeightReloader extension) to load each version (repeatable)")
     args = parser.parse_args(argv)
+    if (args.sync_sglang or args.sync_vllm) and args.weights_dir is None:
+        parser.error("--sync-sglang/--sync-vllm load weights from disk: give --weights-dir on a path the servers see")
 
     # Logical CPUs for a local Ray: one per trainer rank and engine replica, even on a 2-core machine.
     connect(args.ray_address, num_cpus=max(os.cpu_count() or 1, args.trainer_ranks + (args.engines if args.toy_steps else 0)))
@@ -58,8 +68,14 @@ def main(argv: list[str]) -> int:
     config = StepConfig(loss=args.loss, lr=args.lr)
     trainers = TrainerGroup.create(args.model, config, num_ranks=args.trainer_ranks, backend=args.backend)
     engines = start_engines(str(args.model), EngineConfig(dtype=args.engine_dtype), replicas=args.engines) if args.toy_steps else []
+    publishers: list[WeightPublisher] = []
+    if args.weights_dir is not None:
+        servers: list[WeightPublisher] = [SglangWeightSync(config=SglangSyncConfig(base_url=u)) for u in args.sync_sglang]
+        servers += [VllmWeightSync(config=VllmSyncConfig(base_url=u)) for u in args.sync_vllm]
+        publishers.append(DiskWeightPublisher(config=DiskPublishConfig(root=args.weights_dir, model_dir=args.model),
+                                              servers=servers))
     policy = RayPolicy(trainers=trainers, config=config, engines=engines, layers=len(moe.moe_layers),
-                       top_k=moe.num_experts_per_tok)
+                       top_k=moe.num_experts_per_tok, publishers=publishers)
     rewards: list[float] = []
     if args.toy_steps:
         batches = ToyRolloutSource(engines=engines, task=_toy_task(moe.vocab_size), shape=routing_shape_of(moe),

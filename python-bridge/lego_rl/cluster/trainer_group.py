@@ -25,6 +25,7 @@ from ..trainer.advantages import GroupAdvantages
 from ..trainer.checkpoint import CheckpointError, CheckpointStore, TrainerPosition
 from ..trainer.packing import pack_step, split_for_ranks
 from ..trainer.step import PolicyUpdater, StepConfig
+from .weight_sync import WeightPublisher
 
 
 @ray.remote
@@ -162,6 +163,8 @@ class RayPolicy:
     top_k: int
     engines: list[Any] = field(default_factory=list)
     """Engine replica actors exposing `update_weights(version, weights)`."""
+    publishers: list[WeightPublisher] = field(default_factory=list)
+    """Given (version, full state dict) after the engines: external vLLM/SGLang servers via a DiskWeightPublisher."""
 
     @property
     def replay_routing(self) -> bool:
@@ -189,5 +192,6 @@ class RayPolicy:
         weights = self.trainers.async_weights()
         if self.engines:
             ray.get([engine.update_weights.remote(version, weights) for engine in self.engines])
-        else:
-            ray.get(weights)
+        state = ray.get(weights)  # also waits for every rank's share of the expert gather
+        for publisher in self.publishers:
+            publisher.publish(version, state)

@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-steps", type=int, default=None)
     parser.add_argument("--log", type=Path, default=None, help="append one JSON line of metrics per step")
     parser.add_argument("--loss", choices=["gspo", "gspo_token", "grpo"], default="gspo")
-    parser.add_argument("--lr", type=float, default=StepConfig.lr)
+    parser.add_argument("--lr", type=float, default=StepConfig().lr)
     parser.add_argument("--no-replay", action="store_true", help="do not replay recorded routing (for comparison only)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)

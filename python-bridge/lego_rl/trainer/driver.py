@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TYPE_CHECKING, Callable, TextIO
 
 from typing import Protocol
 
@@ -22,6 +22,9 @@ from .advantages import GroupAdvantages
 from .packing import pack_step, trajectories_of
 from .sources import BatchSource
 from .step import PolicyUpdater
+
+if TYPE_CHECKING:  # the publishers live in cluster/ (HTTP to inference servers); the loop only calls them
+    from ..cluster.weight_sync import WeightPublisher
 
 
 class Policy(Protocol):
@@ -52,6 +55,8 @@ class LocalPolicy:
     """MoE layers (routing rows per token)."""
     top_k: int
     on_publish: Callable[[int, object], None] | None = None
+    publishers: list[WeightPublisher] = field(default_factory=list)
+    """Also given (version, model) on every publish, after on_publish: e.g. a DiskWeightPublisher for vLLM/SGLang."""
 
     @property
     def replay_routing(self) -> bool:
@@ -73,6 +78,8 @@ class LocalPolicy:
     def publish(self, version: int) -> None:
         if self.on_publish is not None:
             self.on_publish(version, self.updater.model)
+        for publisher in self.publishers:
+            publisher.publish(version, self.updater.model)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
