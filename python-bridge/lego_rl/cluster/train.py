@@ -17,9 +17,10 @@ from pathlib import Path
 from ..engine import EngineConfig
 from ..model import read_config
 from ..trainer.driver import LoopConfig, train
-from ..trainer.sources import SpoolFolderSource
+from ..trainer.sources import BatchSource, ReceiverSource, SpoolFolderSource
 from ..trainer.step import StepConfig
 from ..trainer.toy_task import ToyTask, routing_shape_of
+from ..transport import Receiver, ReceiverConfig
 from .engine_group import start_engines
 from .runtime import connect
 from .toy_source import ToyRolloutSource
@@ -43,6 +44,8 @@ def main(argv: list[str]) -> int:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--spool", type=Path, help="train on the Trajectory batches in this folder")
     source.add_argument("--toy-steps", type=int, help="train on-policy on the built-in toy task for N steps")
+    source.add_argument("--receive", metavar="ADDRESS", help="bind the data-plane receiver here and train on what rollout workers send")
+    parser.add_argument("--receiver-spool", type=Path, default=Path("var/receiver"), help="the receiver's durable spool")
     parser.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
     parser.add_argument("--engines", type=int, default=1, help="engine replicas for on-policy sampling")
     parser.add_argument("--trainer-ranks", type=int, default=1, help="trainer ranks; experts are sharded across them")
@@ -77,9 +80,14 @@ def main(argv: list[str]) -> int:
     policy = RayPolicy(trainers=trainers, config=config, engines=engines, layers=len(moe.moe_layers),
                        top_k=moe.num_experts_per_tok, publishers=publishers)
     rewards: list[float] = []
+    receiver = None
     if args.toy_steps:
-        batches = ToyRolloutSource(engines=engines, task=_toy_task(moe.vocab_size), shape=routing_shape_of(moe),
-                                   steps=args.toy_steps, rewards=rewards)
+        batches: BatchSource = ToyRolloutSource(engines=engines, task=_toy_task(moe.vocab_size),
+                                                shape=routing_shape_of(moe), steps=args.toy_steps, rewards=rewards)
+    elif args.receive:
+        receiver = Receiver(ReceiverConfig(bind=args.receive, spool_dir=args.receiver_spool))
+        print(f"trainer: receiving on {receiver.address}", file=sys.stderr, flush=True)
+        batches = ReceiverSource(receiver=receiver)
     else:
         batches = SpoolFolderSource(folder=args.spool)
     log = open(args.log, "a", encoding="utf-8") if args.log else sys.stdout
@@ -88,6 +96,8 @@ def main(argv: list[str]) -> int:
     finally:
         if log is not sys.stdout:
             log.close()
+        if receiver is not None:
+            receiver.close()
         trainers.shutdown()
     summary = {"steps": position.step, "policy_version": position.policy_version}
     if rewards:
