@@ -60,8 +60,8 @@ function sampleRollout(group: number, index: number): Trajectory {
 
 export function runPartialLoop(options: PartialLoopOptions): number {
   console.log(
-    "lego demo: the end-to-end loop (harness -> proxy -> engine -> sandbox -> trainer) is not built yet.\n" +
-      "This run exercises what is: TypeScript writes rollout batches in the shared Arrow schema,\n" +
+    "lego demo --schema-only: the end-to-end loop (harness -> proxy -> engine -> sandbox -> trainer) is not built yet.\n" +
+      "This run is only the schema round trip: TypeScript writes rollout batches in the shared Arrow schema,\n" +
       "Python decodes and validates them and views the routing buffers without a copy.\n",
   );
   rmSync(options.spoolDir, { recursive: true, force: true });
