@@ -192,6 +192,9 @@ class RayPolicy:
         weights = self.trainers.async_weights()
         if self.engines:
             ray.get([engine.update_weights.remote(version, weights) for engine in self.engines])
-        state = ray.get(weights)  # also waits for every rank's share of the expert gather
+        if not self.publishers:
+            ray.wait([weights])  # the expert gather must finish on every rank; no need to copy the state here
+            return
+        state = ray.get(weights)
         for publisher in self.publishers:
             publisher.publish(version, state)
