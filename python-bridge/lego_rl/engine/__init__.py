@@ -1,7 +1,7 @@
 """Embedded inference engine: token ids in; token ids, logprobs and MoE routing out (see docs/model.md)."""
 
 from .engine import Engine, EngineConfig
-from .sampling import choose_token, raw_logprobs
+from .sampling import choose_token, choose_tokens, raw_logprobs
 from .types import (
     EngineError,
     FinishReason,
@@ -27,5 +27,6 @@ __all__ = [
     "UnknownRequestError",
     "WeightUpdateError",
     "choose_token",
+    "choose_tokens",
     "raw_logprobs",
 ]

@@ -5,9 +5,10 @@
    requests (prefill), the last sampled token of each running request (decode), and the
    final token of each request that just finished (fed once so it, too, gets a routing
    row). New requests therefore join between decode steps.
-3. Attention runs per sequence over its own cache (no padding) and the dense/expert math
-   is row-wise, so batch neighbours change a request's logits only by GEMM rounding
-   (~1e-7; CPU kernels differ by row count). Each request samples from its own seeded
+3. Every sequence owns a slot of one shared KV pool; decode steps attend in one call per
+   layer over the pool (shorter sequences masked), prefills per sequence. Masked keys weigh
+   exactly 0 and the dense/expert math is row-wise, so batch neighbours change a request's
+   logits only by rounding (~1e-7; CPU kernels differ by row count). Each request samples from its own seeded
    torch.Generator, so a seed reproduces a completion under any load.
 4. Single-threaded: the network layer calls submit/abort/update_weights/step from one
    loop; `update_weights` between steps bumps the policy version, and tokens sampled
@@ -25,10 +26,10 @@ from typing import Literal
 
 import torch
 
-from lego_rl.model import KVCache, MoeForCausalLM, load_model
+from lego_rl.model import KVCache, KVPool, MoeForCausalLM, load_model
 from lego_rl.model.checkpoint import CheckpointError, load_state
 
-from .sampling import choose_token, raw_logprobs
+from .sampling import choose_tokens, raw_logprobs
 from .types import (
     FinishReason,
     GenerationRequest,
@@ -39,8 +40,9 @@ from .types import (
     WeightUpdateError,
 )
 
-# KV positions reserved for the completion up front; long completions grow the cache by doubling.
-_INITIAL_COMPLETION_ROOM = 256
+# First size of the shared KV pool; it doubles in slots and positions as needed.
+_INITIAL_POOL_SLOTS = 8
+_INITIAL_POOL_POSITIONS = 512
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -98,6 +100,9 @@ class Engine:
         self._waiting: deque[GenerationRequest] = deque()
         self._running: dict[str, _Sequence] = {}
         self._seed_source = random.Random()
+        self._kv = KVPool(
+            model.config, slots=_INITIAL_POOL_SLOTS, capacity=_INITIAL_POOL_POSITIONS, dtype=self.dtype, device=config.device
+        )
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path, config: EngineConfig = EngineConfig(), *, policy_version: int = 0) -> Engine:
@@ -117,11 +122,11 @@ class Engine:
         """Stop a request now and return what it produced so far (finish_reason 'abort')."""
         seq = self._running.pop(request_id, None)
         if seq is not None:
-            return self._result(seq, "abort")
+            return self._retire(seq, "abort")
         for req in self._waiting:
             if req.request_id == request_id:
                 self._waiting.remove(req)
-                return self._result(self._start(req), "abort")
+                return self._retire(self._start(req), "abort")
         raise UnknownRequestError(request_id)
 
     @property
@@ -131,6 +136,16 @@ class Engine:
     @property
     def num_running(self) -> int:
         return len(self._running)
+
+    @property
+    def running_request_ids(self) -> list[str]:
+        """Requests admitted into the batch (a failing step involved all of them)."""
+        return list(self._running)
+
+    @property
+    def queued_request_ids(self) -> list[str]:
+        """Requests waiting for admission, in FIFO order."""
+        return [request.request_id for request in self._waiting]
 
     # ---- weights --------------------------------------------------------------------
 
@@ -152,8 +167,7 @@ class Engine:
         budget = min(req.sampling.max_tokens, self.max_context - prompt_len)
         return _Sequence(
             request=req,
-            # Room for the prompt and a first stretch of completion; the cache doubles as needed.
-            cache=KVCache(self.model.config, prompt_len + min(budget, _INITIAL_COMPLETION_ROOM), dtype=self.dtype, device=self.config.device),
+            cache=self._kv.open(),
             generator=torch.Generator(device=self.config.device).manual_seed(seed),
             seed=seed,
             budget=budget,
@@ -174,7 +188,8 @@ class Engine:
     def step(self) -> list[TokenEvent | GenerationResult]:
         """Admit what fits, run one forward pass, sample; returns this step's events."""
         self._admit()
-        seqs = list(self._running.values())
+        # In slot order, so the decode rows' keys are one view of the pool (attention.py).
+        seqs = sorted(self._running.values(), key=lambda s: s.cache.slot)
         if not seqs:
             return []
         ids = [t for s in seqs for t in s.pending]
@@ -204,24 +219,20 @@ class Engine:
                 seq.routing_rows.append(rows)
             if seq.finish is not None:
                 del self._running[seq.request.request_id]
-                events.append(self._result(seq, seq.finish))
+                events.append(self._retire(seq, seq.finish))
                 continue
             events.append(self._record(seq, chosen[i], logprobs_R[row_of[i]]))
         return events
 
     @staticmethod
     def _choose(seqs: list[_Sequence], sampling: list[int], logits_RV: torch.Tensor) -> dict[int, int]:
-        """Next token per sampling sequence index; greedy rows share one argmax (same result, fewer ops)."""
-        greedy = [row for row, i in enumerate(sampling) if seqs[i].request.sampling.temperature == 0]
-        chosen: dict[int, int] = {}
-        if greedy:
-            rows_GV = logits_RV if len(greedy) == len(sampling) else logits_RV[greedy]  # skip a copy when all are greedy
-            tokens = torch.argmax(rows_GV, dim=-1).tolist()
-            chosen.update({sampling[row]: tok for row, tok in zip(greedy, tokens)})
-        for row, i in enumerate(sampling):
-            if i not in chosen:
-                chosen[i] = choose_token(logits_RV[row], seqs[i].request.sampling, seqs[i].generator)
-        return chosen
+        """Next token per sampling sequence index (row r of the logits is sequence sampling[r])."""
+        if not sampling:
+            return {}
+        tokens = choose_tokens(
+            logits_RV, [seqs[i].request.sampling for i in sampling], [seqs[i].generator for i in sampling]
+        )
+        return dict(zip(sampling, tokens))
 
     def _record(self, seq: _Sequence, token: int, logprob: float) -> TokenEvent:
         seq.completion.append(token)
@@ -234,7 +245,9 @@ class Engine:
             seq.finish = "length"
         return TokenEvent(seq.request.request_id, token, logprob, self.policy_version)
 
-    def _result(self, seq: _Sequence, reason: FinishReason) -> GenerationResult:
+    def _retire(self, seq: _Sequence, reason: FinishReason) -> GenerationResult:
+        """Free the sequence's KV slot and return what it produced."""
+        self._kv.close(seq.cache)
         layers, k = len(self.model.config.moe_layers), self.model.config.num_experts_per_tok
         empty = torch.zeros(0, layers, k, dtype=torch.int16)
         return GenerationResult(

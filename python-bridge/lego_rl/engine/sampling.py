@@ -25,21 +25,40 @@ def raw_logprobs(logits_RV: torch.Tensor, tokens_R: torch.Tensor) -> torch.Tenso
     return torch.log_softmax(logits_RV.float(), dim=-1).gather(1, tokens_R[:, None])[:, 0]
 
 
-def _top_p_mask(probs_V: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Zero all but the smallest highest-probability set whose mass reaches top_p."""
-    sorted_V, order_V = torch.sort(probs_V, descending=True)
-    mass_before_V = torch.cumsum(sorted_V, dim=0) - sorted_V
-    sorted_V = torch.where(mass_before_V < top_p, sorted_V, torch.zeros_like(sorted_V))
-    return torch.zeros_like(probs_V).scatter_(0, order_V, sorted_V)
+def _top_p_mask(probs_RV: torch.Tensor, top_p_R1: torch.Tensor) -> torch.Tensor:
+    """Zero all but each row's smallest highest-probability set whose mass reaches its top_p."""
+    sorted_RV, order_RV = torch.sort(probs_RV, dim=-1, descending=True)
+    mass_before_RV = torch.cumsum(sorted_RV, dim=-1) - sorted_RV
+    sorted_RV = torch.where(mass_before_RV < top_p_R1, sorted_RV, torch.zeros_like(sorted_RV))
+    return torch.zeros_like(probs_RV).scatter_(-1, order_RV, sorted_RV)
+
+
+def choose_tokens(logits_RV: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]) -> list[int]:
+    """Per row: greedy when temperature == 0, else a draw from softmax(logits / T) truncated to top_p.
+
+    Rows are computed together (one softmax, one sort, one argmax); only the noise is drawn
+    row by row, each from its own generator, so a row's draw never depends on its neighbours.
+    """
+    R = logits_RV.shape[0]
+    logits32_RV = logits_RV.float()
+    chosen = torch.argmax(logits32_RV, dim=-1)  # the greedy rows' answer; sampled rows overwrite below
+    sampled = [r for r in range(R) if params[r].temperature != 0]
+    if sampled:
+        rows_S = torch.tensor(sampled, device=logits_RV.device)
+        temps_S1 = torch.tensor([[params[r].temperature] for r in sampled], device=logits_RV.device)
+        probs_SV = torch.softmax(logits32_RV[rows_S] / temps_S1, dim=-1)
+        truncated = [i for i, r in enumerate(sampled) if params[r].top_p < 1]
+        if truncated:
+            rows = torch.tensor(truncated, device=logits_RV.device)
+            top_p = torch.tensor([[params[sampled[i]].top_p] for i in truncated], device=logits_RV.device)
+            probs_SV[rows] = _top_p_mask(probs_SV[rows], top_p)
+        noise_SV = torch.empty_like(probs_SV)
+        for i, r in enumerate(sampled):
+            noise_SV[i].exponential_(generator=generators[r])
+        chosen[rows_S] = torch.argmax(probs_SV / noise_SV, dim=-1)
+    return chosen.tolist()
 
 
 def choose_token(logits_V: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
-    """Greedy when temperature == 0, else a draw from softmax(logits / T) truncated to top_p."""
-    logits32 = logits_V.float()
-    if params.temperature == 0:
-        return int(torch.argmax(logits32))
-    probs_V = torch.softmax(logits32 / params.temperature, dim=-1)
-    if params.top_p < 1:
-        probs_V = _top_p_mask(probs_V, params.top_p)
-    noise_V = torch.empty_like(probs_V).exponential_(generator=generator)
-    return int(torch.argmax(probs_V / noise_V))
+    """`choose_tokens` for one row."""
+    return choose_tokens(logits_V[None], [params], [generator])[0]

@@ -1,6 +1,6 @@
 """Qwen3-MoE-compatible policy model with routing record and replay (see docs/model.md)."""
 
-from .attention import KVCache, PackedBatch
+from .attention import KVCache, KVPool, PackedBatch
 from .checkpoint import CheckpointError, load_model, read_config, save_model
 from .config import Config, ConfigError
 from .moe import RoutingShapeError, grouped_swiglu, route
@@ -12,6 +12,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "KVCache",
+    "KVPool",
     "ModelOutput",
     "MoeForCausalLM",
     "PackedBatch",

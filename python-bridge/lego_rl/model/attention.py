@@ -7,15 +7,17 @@ L decoder layers.
 Design:
 1. Activations are packed [T, D]; `PackedBatch` says where each sequence starts, so a
    batch of prefills and single-token decodes is one forward pass.
-2. Attention runs per sequence over that sequence's own KV cache: a sequence's numerics do
-   not depend on which other sequences share the batch, and there is no padding.
+2. Prefill chunks attend per sequence over their own KV cache, with no padding. Decode
+   steps (one new token per sequence) of sequences sharing a `KVPool` run as one
+   attention call per layer over the pool's slots, shorter ones masked: masked positions
+   weigh exactly 0, so batch neighbours change a sequence's output only by rounding.
 3. Numerics follow HF Qwen3-MoE: RMSNorm in fp32 and weight applied after the cast back,
    q/k RMSNorm per head before RoPE, rotate-half RoPE with cos/sin built in fp32.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -54,28 +56,155 @@ def _apply_rope(x_THDh: torch.Tensor, cos_TDh: torch.Tensor, sin_TDh: torch.Tens
     return x_THDh * cos_TDh[:, None, :] + rotated * sin_TDh[:, None, :]
 
 
-class KVCache:
-    """Keys and values of one sequence for every layer, preallocated to `capacity` positions."""
+class KVPool:
+    """Keys and values of several sequences in one tensor pair [L, N, G, S, Dh] (N slots).
 
-    def __init__(self, config: Config, capacity: int, *, dtype: torch.dtype, device: torch.device | str = "cpu") -> None:
-        shape = (config.num_hidden_layers, config.num_key_value_heads, capacity, config.head_dim)
-        self.k_LGSDh = torch.zeros(shape, dtype=dtype, device=device)
-        self.v_LGSDh = torch.zeros(shape, dtype=dtype, device=device)
-        self.length = 0
-        """Positions filled; a forward writes its new tokens at [length, length + t)."""
+    Sequences sharing a pool decode in one attention call per layer: their slots are kept
+    dense (0..n-1, see `close`), so the batch's keys are a view of the pool, not a copy.
+    Both axes grow by doubling, so appends stay amortised O(1); the price is that every
+    slot has the longest sequence's capacity (fine for the CPU engine's small models).
+    """
+
+    def __init__(
+        self, config: Config, *, capacity: int, slots: int = 1, dtype: torch.dtype, device: torch.device | str = "cpu"
+    ) -> None:
+        shape = (config.num_hidden_layers, max(slots, 1), config.num_key_value_heads, max(capacity, 1), config.head_dim)
+        self.k_LNGSDh = torch.zeros(shape, dtype=dtype, device=device)
+        self.v_LNGSDh = torch.zeros(shape, dtype=dtype, device=device)
+        self._open: list[KVCache] = []
+        """Open caches; cache.slot == its index here."""
 
     @property
     def capacity(self) -> int:
-        return self.k_LGSDh.shape[2]
+        return self.k_LNGSDh.shape[3]
+
+    @property
+    def slots(self) -> int:
+        return self.k_LNGSDh.shape[1]
+
+    def open(self) -> KVCache:
+        """A new empty sequence in the lowest free slot (the pool grows if all are taken)."""
+        self._grow(slots=len(self._open) + 1)
+        cache = KVCache(self, len(self._open))
+        self._open.append(cache)
+        return cache
+
+    def close(self, cache: KVCache) -> None:
+        """Free a sequence's slot; the last open sequence moves into it so slots stay dense."""
+        if cache.pool is not self or self._open[cache.slot] is not cache:
+            raise ValueError("this KVCache is not open in this pool")
+        last = self._open.pop()
+        if last is not cache:
+            n = last.length
+            self.k_LNGSDh[:, cache.slot, :, :n] = self.k_LNGSDh[:, last.slot, :, :n]
+            self.v_LNGSDh[:, cache.slot, :, :n] = self.v_LNGSDh[:, last.slot, :, :n]
+            last.slot = cache.slot
+            self._open[cache.slot] = last
+        cache.pool = None
 
     def reserve(self, positions: int) -> None:
-        """Make room for `positions` in total, at least doubling so appends stay amortised O(1)."""
-        if positions <= self.capacity:
+        """Make room for `positions` in every slot."""
+        self._grow(positions=positions)
+
+    def _grow(self, *, slots: int = 0, positions: int = 0) -> None:
+        if slots <= self.slots and positions <= self.capacity:
             return
-        grown = max(positions, 2 * self.capacity)
-        pad = (0, 0, 0, grown - self.capacity)  # F.pad pads the last dims first: Dh by 0, S at the end
-        self.k_LGSDh = F.pad(self.k_LGSDh, pad)
-        self.v_LGSDh = F.pad(self.v_LGSDh, pad)
+        new_slots = self.slots if slots <= self.slots else max(slots, 2 * self.slots)
+        new_cap = self.capacity if positions <= self.capacity else max(positions, 2 * self.capacity)
+        L, N, G, S, Dh = self.k_LNGSDh.shape
+        for name in ("k_LNGSDh", "v_LNGSDh"):
+            old = getattr(self, name)
+            grown = torch.zeros((L, new_slots, G, new_cap, Dh), dtype=old.dtype, device=old.device)
+            grown[:, :N, :, :S] = old
+            setattr(self, name, grown)
+
+
+class KVCache:
+    """One sequence's keys and values: a slot of a `KVPool` and how many positions are filled."""
+
+    def __init__(self, pool: KVPool, slot: int) -> None:
+        self.pool: KVPool | None = pool
+        self.slot = slot
+        self.length = 0
+        """Positions filled; a forward writes its new tokens at [length, length + t)."""
+
+    @classmethod
+    def alone(cls, config: Config, capacity: int, *, dtype: torch.dtype, device: torch.device | str = "cpu") -> KVCache:
+        """A cache with a pool of its own (single-sequence use: tests, scripts)."""
+        return KVPool(config, capacity=capacity, dtype=dtype, device=device).open()
+
+    @property
+    def capacity(self) -> int:
+        return self._pool().capacity
+
+    def reserve(self, positions: int) -> None:
+        self._pool().reserve(positions)
+
+    def _pool(self) -> KVPool:
+        if self.pool is None:
+            raise ValueError("this KVCache was closed; open a new one from its pool")
+        return self.pool
+
+    def keys(self, layer: int) -> torch.Tensor:
+        """[G, S, Dh] view of this sequence's keys at `layer` (all capacity)."""
+        return self._pool().k_LNGSDh[layer, self.slot]
+
+    def values(self, layer: int) -> torch.Tensor:
+        return self._pool().v_LNGSDh[layer, self.slot]
+
+
+@dataclass(slots=True, frozen=True)
+class DecodeRows:
+    """The single-token rows of cached sequences that share one pool: they attend together.
+
+    Built once per forward pass; every layer reuses the index tensors and the mask.
+    """
+
+    seqs: frozenset[int]
+    """Indices (in packing order) of the sequences in this group."""
+    caches: list[KVCache]
+    rows_B: torch.Tensor
+    """Packed row of each sequence's new token."""
+    slot_B: torch.Tensor
+    pos_B: torch.Tensor
+    """Where each new key/value goes: slot and position in the pool."""
+    slots: list[int]
+    positions: list[int]
+    span: int
+    """Key positions attended: the longest sequence's, its new token included."""
+    first_dense_slot: int | None
+    """First slot when the slots are first..first+B-1 in order (keys are then a view), else None."""
+    mask_B11S: torch.Tensor | None
+    """True where a key is attended; None when every sequence spans all `span` positions."""
+
+    @staticmethod
+    def plan(seq_lens: list[int], offsets: list[int], caches: list[KVCache], device: torch.device) -> DecodeRows | None:
+        """Group the single-token rows of the most common pool; None when there is nothing to batch."""
+        seqs = [i for i, t in enumerate(seq_lens) if t == 1]
+        if not seqs:
+            return None
+        pool = caches[seqs[0]].pool
+        seqs = [i for i in seqs if caches[i].pool is pool]
+        group = [caches[i] for i in seqs]
+        slots, positions = [c.slot for c in group], [c.length for c in group]
+        span = max(positions) + 1
+        first = slots[0]
+        pos_B = torch.tensor(positions, device=device)
+        mask = None
+        if min(positions) + 1 < span:
+            mask = (torch.arange(span, device=device)[None, :] <= pos_B[:, None])[:, None, None, :]
+        return DecodeRows(
+            seqs=frozenset(seqs),
+            caches=group,
+            rows_B=torch.tensor([offsets[i] for i in seqs], device=device),
+            slot_B=torch.tensor(slots, device=device),
+            pos_B=pos_B,
+            slots=slots,
+            positions=positions,
+            span=span,
+            first_dense_slot=first if slots == list(range(first, first + len(slots))) else None,
+            mask_B11S=mask,
+        )
 
 
 @dataclass(slots=True)
@@ -86,14 +215,20 @@ class PackedBatch:
     """New tokens of each sequence, in packing order; they sum to T."""
     caches: list[KVCache] | None = None
     """One cache per sequence (engine), or None: each sequence attends only to itself (trainer)."""
+    device: torch.device | str = "cpu"
+    offsets: list[int] = field(init=False)
+    """Packed row where each sequence starts."""
+    decode: DecodeRows | None = field(init=False)
+    """Single-token cached rows that attend in one call per layer."""
 
-    @property
-    def offsets(self) -> list[int]:
-        out, acc = [], 0
+    def __post_init__(self) -> None:
+        self.offsets, acc = [], 0
         for n in self.seq_lens:
-            out.append(acc)
+            self.offsets.append(acc)
             acc += n
-        return out
+        self.decode = None
+        if self.caches is not None:
+            self.decode = DecodeRows.plan(self.seq_lens, self.offsets, self.caches, torch.device(self.device))
 
 
 def _causal_mask(t: int, past: int, device: torch.device) -> torch.Tensor:
@@ -122,18 +257,36 @@ class Attention(nn.Module):
         groups = self.n_heads // self.n_kv
         return kv_xGSDh if groups == 1 else kv_xGSDh.repeat_interleave(groups, dim=-3)
 
-    def _decode_one(self, q_HDh: torch.Tensor, k_GDh: torch.Tensor, v_GDh: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """One new token of one sequence against its cache (the decode hot path: few ops)."""
-        past = cache.length
-        k_GSDh, v_GSDh = cache.k_LGSDh[self.layer], cache.v_LGSDh[self.layer]
-        k_GSDh[:, past] = k_GDh
-        v_GSDh[:, past] = v_GDh
-        # One query sees every cached key, so fold each KV group's query heads into the
-        # query axis: [G, H/G, Dh] against [G, S, Dh], no copy of the cache.
-        o_GrDh = F.scaled_dot_product_attention(
-            q_HDh.view(self.n_kv, self.n_heads // self.n_kv, self.head_dim), k_GSDh[:, : past + 1], v_GSDh[:, : past + 1]
+    def _decode_batch(self, q_BHDh: torch.Tensor, k_BGDh: torch.Tensor, v_BGDh: torch.Tensor, rows: DecodeRows) -> torch.Tensor:
+        """One new token for each of B sequences of one pool, in one attention call ([B, H, Dh]).
+
+        Each token's key/value is written at its sequence's position; then every query
+        attends over its slot's first `span` positions, the shorter slots masked. Masked
+        positions weigh exactly 0, so a sequence's output differs from attending alone only
+        by summation order (~1e-7, like the GEMMs).
+        """
+        pool = rows.caches[0]._pool()
+        B = len(rows.slots)
+        k_NGSDh, v_NGSDh = pool.k_LNGSDh[self.layer], pool.v_LNGSDh[self.layer]
+        if B <= 4:  # a few slice writes cost less than building an index_put
+            for i, (slot, pos) in enumerate(zip(rows.slots, rows.positions)):
+                k_NGSDh[slot, :, pos] = k_BGDh[i]
+                v_NGSDh[slot, :, pos] = v_BGDh[i]
+        else:
+            k_NGSDh[rows.slot_B, :, rows.pos_B] = k_BGDh
+            v_NGSDh[rows.slot_B, :, rows.pos_B] = v_BGDh
+        first, span = rows.first_dense_slot, rows.span
+        if first is not None:
+            # The engine's usual case: dense slots in order, so the keys are a view of the pool.
+            keys_BGSDh, values_BGSDh = k_NGSDh[first : first + B, :, :span], v_NGSDh[first : first + B, :, :span]
+        else:
+            keys_BGSDh = k_NGSDh[:, :, :span].index_select(0, rows.slot_B)
+            values_BGSDh = v_NGSDh[:, :, :span].index_select(0, rows.slot_B)
+        # Fold each KV group's query heads into the query axis: [B, G, H/G, Dh] vs [B, G, S, Dh].
+        o_BGrDh = F.scaled_dot_product_attention(
+            q_BHDh.view(B, self.n_kv, self.n_heads // self.n_kv, self.head_dim), keys_BGSDh, values_BGSDh, attn_mask=rows.mask_B11S
         )
-        return o_GrDh.view(self.n_heads, self.head_dim)
+        return o_BGrDh.reshape(B, self.n_heads, self.head_dim)
 
     def forward(
         self, x_TD: torch.Tensor, cos_TDh: torch.Tensor, sin_TDh: torch.Tensor, batch: PackedBatch
@@ -154,21 +307,26 @@ class Attention(nn.Module):
             )
             return self.o_proj(o_BHtDh.transpose(1, 2).reshape(T, -1))
         out_THDh = torch.empty_like(q_THDh)
+        caches, rows = batch.caches, batch.decode
+        batched: frozenset[int] = frozenset()
+        if rows is not None:
+            out_THDh[rows.rows_B] = self._decode_batch(q_THDh[rows.rows_B], k_TGDh[rows.rows_B], v_TGDh[rows.rows_B], rows)
+            batched = rows.seqs
         for i, (start, t) in enumerate(zip(batch.offsets, lens)):
-            cache = None if batch.caches is None else batch.caches[i]
-            if cache is not None and t == 1:
-                out_THDh[start] = self._decode_one(q_THDh[start], k_TGDh[start], v_TGDh[start], cache)
+            if i in batched:
                 continue
+            cache = None if caches is None else caches[i]
             q_1HtDh = q_THDh[start : start + t].transpose(0, 1)[None]
             k_GtDh = k_TGDh[start : start + t].transpose(0, 1)
             v_GtDh = v_TGDh[start : start + t].transpose(0, 1)
             past = 0
             if cache is not None:
                 past = cache.length
-                cache.k_LGSDh[self.layer, :, past : past + t] = k_GtDh
-                cache.v_LGSDh[self.layer, :, past : past + t] = v_GtDh
-                k_GtDh = cache.k_LGSDh[self.layer, :, : past + t]
-                v_GtDh = cache.v_LGSDh[self.layer, :, : past + t]
+                keys_GSDh, values_GSDh = cache.keys(self.layer), cache.values(self.layer)
+                keys_GSDh[:, past : past + t] = k_GtDh
+                values_GSDh[:, past : past + t] = v_GtDh
+                k_GtDh = keys_GSDh[:, : past + t]
+                v_GtDh = values_GSDh[:, : past + t]
             # SDPA's is_causal aligns top-left, so a chunk after a cached prefix needs a mask.
             mask = None if past == 0 else _causal_mask(t, past, x_TD.device)
             o_1HtDh = F.scaled_dot_product_attention(

@@ -117,7 +117,7 @@ class MoeForCausalLM(nn.Module):
         if caches is not None:
             for cache, n in zip(caches, seq_lens):
                 cache.reserve(cache.length + n)
-        batch = PackedBatch(seq_lens=list(seq_lens), caches=caches)
+        batch = PackedBatch(seq_lens=list(seq_lens), caches=caches, device=ids_T.device)
         if positions is None:
             starts = [0] * len(seq_lens) if caches is None else [c.length for c in caches]
             positions_T = torch.cat([torch.arange(s, s + n, device=ids_T.device) for s, n in zip(starts, seq_lens)])

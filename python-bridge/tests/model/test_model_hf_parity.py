@@ -122,7 +122,7 @@ def test_packed_sequences_and_kv_cache_match_separate_full_forwards():
         packed = model(torch.cat([a, b]), seq_lens=[11, 6]).logits
         assert (packed - torch.cat([ref_a, ref_b])).abs().max().item() < 1e-5
         # prefill 7 tokens, then a 3-token chunk and a 1-token step, against a cache that must grow
-        cache = KVCache(model.config, 2, dtype=torch.float32)
+        cache = KVCache.alone(model.config, 2, dtype=torch.float32)
         chunks = [model(a[s:e], caches=[cache]).logits for s, e in [(0, 7), (7, 10), (10, 11)]]
         assert cache.length == 11 and cache.capacity == 14  # 2 -> 7 -> 14 (doubling)
         assert (torch.cat(chunks) - ref_a).abs().max().item() < 1e-5

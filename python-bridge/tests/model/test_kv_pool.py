@@ -1,0 +1,98 @@
+"""A shared KV pool: batched decode equals decoding alone; closing a slot keeps the others intact."""
+
+from __future__ import annotations
+
+import torch
+
+from lego_rl.model import Config, KVCache, KVPool, MoeForCausalLM, init_weights
+from lego_rl.model.moe import all_experts_swiglu, dispatch, grouped_swiglu, prefers_all_experts
+
+CONFIG = Config(
+    vocab_size=97, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_experts=4, num_experts_per_tok=2,
+    max_position_embeddings=256,
+)
+
+
+def _model() -> MoeForCausalLM:
+    model = MoeForCausalLM(CONFIG)
+    init_weights(model, seed=3)
+    return model.eval()
+
+
+def _prompts() -> list[torch.Tensor]:
+    return [torch.arange(n) * (7 + n) % CONFIG.vocab_size for n in (5, 9, 2, 13)]
+
+
+@torch.no_grad()
+def _decode_alone(model: MoeForCausalLM, prompt: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    cache = KVCache.alone(CONFIG, 4, dtype=torch.float32)
+    logits = [model(prompt, caches=[cache]).logits[-1]]
+    for _ in range(steps):
+        logits.append(model(logits[-1].argmax()[None], caches=[cache]).logits[-1])
+    return logits
+
+
+@torch.no_grad()
+def test_sequences_of_different_lengths_decode_together_as_they_would_alone():
+    model, prompts = _model(), _prompts()
+    pool = KVPool(CONFIG, capacity=4, slots=1, dtype=torch.float32)  # both axes must grow
+    caches = [pool.open() for _ in prompts]
+    out = model(torch.cat(prompts), seq_lens=[len(p) for p in prompts], caches=caches,
+                logits_rows=torch.tensor([len(p) for p in prompts]).cumsum(0) - 1).logits
+    together = [[row] for row in out]
+    for _ in range(6):
+        nxt = torch.stack([steps[-1].argmax() for steps in together])
+        for steps, row in zip(together, model(nxt, seq_lens=[1] * len(prompts), caches=caches).logits):
+            steps.append(row)
+    assert pool.slots >= 4 and pool.capacity >= 19
+    for prompt, steps in zip(prompts, together):
+        alone = _decode_alone(model, prompt, 6)
+        assert max((a - b).abs().max().item() for a, b in zip(alone, steps)) < 1e-5
+
+
+@torch.no_grad()
+def test_closing_a_slot_moves_the_last_sequence_without_changing_its_future():
+    model, prompts = _model(), _prompts()
+    pool = KVPool(CONFIG, capacity=32, slots=4, dtype=torch.float32)
+    caches = [pool.open() for _ in prompts]
+    out = model(torch.cat(prompts), seq_lens=[len(p) for p in prompts], caches=caches,
+                logits_rows=torch.tensor([len(p) for p in prompts]).cumsum(0) - 1).logits
+    last = caches[-1]
+    pool.close(caches[0])
+    assert last.slot == 0 and caches[0].pool is None
+    # The moved sequence keeps decoding, alone in the batch and with its old neighbours.
+    kept = caches[1:]
+    rows = model(torch.stack([out[i].argmax() for i in (1, 2, 3)]), seq_lens=[1, 1, 1], caches=kept).logits
+    alone = _decode_alone(model, prompts[3], 1)
+    assert (rows[2] - alone[1]).abs().max().item() < 1e-5
+    reopened = pool.open()
+    assert reopened.slot == 3 and reopened.length == 0
+
+
+def test_a_closed_cache_refuses_use_with_a_clear_error():
+    pool = KVPool(CONFIG, capacity=4, dtype=torch.float32)
+    cache = pool.open()
+    pool.close(cache)
+    try:
+        cache.reserve(8)
+    except ValueError as error:
+        assert "closed" in str(error)
+    else:
+        raise AssertionError("a closed cache accepted reserve()")
+
+
+def test_all_experts_path_equals_the_grouped_path_and_is_chosen_only_for_few_tokens():
+    gen = torch.Generator().manual_seed(0)
+    E, F_, D, K, T = 8, 16, 32, 2, 6
+    gate_up, down = 0.1 * torch.randn(E, 2 * F_, D, generator=gen), 0.1 * torch.randn(E, D, F_, generator=gen)
+    x_TD = torch.randn(T, D, generator=gen)
+    idx_TK = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(T)])
+    w_TK = torch.rand(T, K, generator=gen)
+    order_N, token_N, counts = dispatch(idx_TK, E)
+    grouped_TD = torch.zeros_like(x_TD).index_add_(
+        0, token_N, grouped_swiglu(x_TD[token_N], counts, gate_up, down) * w_TK.reshape(-1)[order_N, None]
+    )
+    assert torch.allclose(all_experts_swiglu(x_TD, idx_TK, w_TK, gate_up, down), grouped_TD, rtol=1e-5, atol=1e-6)
+    assert prefers_all_experts(8, 8, 2, 128, 128) and not prefers_all_experts(512, 8, 2, 128, 128)
+    assert not prefers_all_experts(1, 128, 8, 768, 2048)  # a Qwen3-30B-shaped layer always groups
