@@ -3,19 +3,24 @@
 The actor builds an `EngineServer` (lego_rl.engine.server) and serves it on a thread of
 its own, so the actor's methods stay callable while it serves. Only that thread touches
 the engine (the engine is single-threaded by design); the methods here read the address
-and counters or stop the loop. Weight updates are not offered here yet: they must run on
-the serving thread between steps (`EngineReplica` in engine_group.py updates its own engine).
+and counters or stop the loop. Weight updates reach the engine as UpdateWeights frames on
+its own socket, so they run on the serving thread between steps: a trainer sends them with
+`EngineServerWeightSync` (`--sync-engine ADDRESS`), and `update_weights` here does the same
+for a caller holding the actor handle.
 """
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import ray
 import torch
 
 from lego_rl.engine.server import EngineServerConfig
+
+from .weight_sync import EngineServerSyncConfig, EngineServerWeightSync
 
 
 class EngineServerHost:
@@ -40,6 +45,17 @@ class EngineServerHost:
 
     def stats(self) -> dict[str, int]:
         return dict(self._server.stats)
+
+    def policy_version(self) -> int:
+        """The version live now (a plain read of the serving thread's int)."""
+        return self._server.engine.policy_version
+
+    def update_weights(self, path: str, version: int, timeout_s: float = 600.0) -> int:
+        """Load a DiskWeightPublisher folder (v<N>/ with weight_version.json) as `version` through the socket; WeightSyncError if refused."""
+        address = self._server.address.replace("//0.0.0.0:", "//127.0.0.1:").replace("//*:", "//127.0.0.1:")
+        sync = EngineServerWeightSync(config=EngineServerSyncConfig(address=address, timeout_s=timeout_s))
+        sync.publish(version, Path(path))
+        return version
 
     def stop(self) -> None:
         """Stops serving (after the current step) and closes the socket."""

@@ -25,8 +25,8 @@ from .engine_group import start_engines
 from .runtime import connect
 from .toy_source import ToyRolloutSource
 from .trainer_group import RayPolicy, TrainerGroup
-from .weight_sync import (DiskPublishConfig, DiskWeightPublisher, SglangSyncConfig, SglangWeightSync, VllmSyncConfig,
-                          VllmWeightSync, WeightPublisher)
+from .weight_sync import (DiskPublishConfig, DiskWeightPublisher, EngineServerSyncConfig, EngineServerWeightSync,
+                          SglangSyncConfig, SglangWeightSync, VllmSyncConfig, VllmWeightSync, WeightPublisher)
 
 
 def _toy_task(vocab_size: int) -> ToyTask:
@@ -61,9 +61,11 @@ def main(argv: list[str]) -> int:
                         help="SGLang server to load each version from --weights-dir (repeatable)")
     parser.add_argument("--sync-vllm", metavar="URL", action="append", default=[],
                         help="vLLM server (dev mode + LegoWeightReloader extension) to load each version (repeatable)")
+    parser.add_argument("--sync-engine", metavar="ADDRESS", action="append", default=[],
+                        help="ZeroMQ engine server (python -m lego_rl.engine, e.g. tcp://HOST:5556) to load each version (repeatable)")
     args = parser.parse_args(argv)
-    if (args.sync_sglang or args.sync_vllm) and args.weights_dir is None:
-        parser.error("--sync-sglang/--sync-vllm load weights from disk: give --weights-dir on a path the servers see")
+    if (args.sync_sglang or args.sync_vllm or args.sync_engine) and args.weights_dir is None:
+        parser.error("--sync-sglang/--sync-vllm/--sync-engine load weights from disk: give --weights-dir on a path the servers see")
 
     # Logical CPUs for a local Ray: one per trainer rank and engine replica, even on a 2-core machine.
     connect(args.ray_address, num_cpus=max(os.cpu_count() or 1, args.trainer_ranks + (args.engines if args.toy_steps else 0)))
@@ -75,6 +77,7 @@ def main(argv: list[str]) -> int:
     if args.weights_dir is not None:
         servers: list[WeightPublisher] = [SglangWeightSync(config=SglangSyncConfig(base_url=u)) for u in args.sync_sglang]
         servers += [VllmWeightSync(config=VllmSyncConfig(base_url=u)) for u in args.sync_vllm]
+        servers += [EngineServerWeightSync(config=EngineServerSyncConfig(address=a)) for a in args.sync_engine]
         publishers.append(DiskWeightPublisher(config=DiskPublishConfig(root=args.weights_dir, model_dir=args.model),
                                               servers=servers))
     policy = RayPolicy(trainers=trainers, config=config, engines=engines, layers=len(moe.moe_layers),

@@ -3,6 +3,7 @@
     trainer weights (state dict or module) --DiskWeightPublisher--> <root>/v<N>/  (atomic)
         --SglangWeightSync--> POST /update_weights_from_disk, then read /get_model_info back
         --VllmWeightSync----> POST /collective_rpc (LegoWeightReloader), then /reset_prefix_cache
+        --EngineServerWeightSync--> ZeroMQ update_weights to `python -m lego_rl.engine`, reply weights_updated
 
 1. Disk is the transport: both servers already load HF safetensors directories, every
    tensor-parallel rank reads what it needs, and a failed load leaves the old weights
@@ -16,6 +17,9 @@
    tied `lm_head.weight` as `save_pretrained` does. `lego_rl.model.load_model` reads it back.
 4. Stdlib HTTP only (urllib), no retries: a failed sync raises WeightSyncError with the
    server, version, HTTP status and the server's own message, and training stops there.
+   The embedded engine's ZeroMQ server is told over its own socket (one DEALER per publish);
+   its Error reply becomes a WeightSyncError the same way (status None, the error code in
+   the message).
 No Ray here: the publishers run wherever the weights are (driver or a trainer rank).
 """
 
@@ -27,16 +31,19 @@ import shutil
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, Union
 
 import torch
+import zmq
 from safetensors.torch import save_file
 
 from ..model.checkpoint import ExpertLayout, split_experts
-from ..schema.generated import WeightVersion
+from ..schema import ControlMessageError, decode_control, encode_control
+from ..schema.generated import SCHEMA_VERSION, EngineHello, EngineInfo, Error, UpdateWeights, WeightsUpdated, WeightVersion
 from ..durable import fsync_dir, fsync_file
 from .vllm_worker_extension import LOAD_METHOD, MANIFEST, SERVED_METHOD, read_manifest_version
 
@@ -373,3 +380,72 @@ class VllmWeightSync:
             raise WeightSyncError(server_url=self.config.base_url + "/collective_rpc", version=version, status=200,
                                   message=f"expected {{'results': [one per worker]}}, got {reply!r}")
         return reply["results"]
+
+
+# ---- the embedded engine's ZeroMQ server ----------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EngineServerSyncConfig:
+    """One `python -m lego_rl.engine` server (or the EngineServerActor); it must see the weights folder at the same path."""
+
+    address: str
+    """ZeroMQ endpoint the server bound, e.g. tcp://10.0.0.7:5556 (its "listening" line prints it)."""
+    timeout_s: float = 600.0
+    """How long the server may take to answer; it loads between two decode steps, so this includes one step."""
+
+
+@dataclass(kw_only=True, slots=True)
+class EngineServerWeightSync:
+    """Sends UpdateWeights {request_id, version, path} and waits for WeightsUpdated with the same version.
+
+    The server (lego_rl/engine/server.py) reads and checks the whole folder before it touches a
+    parameter, loads it between two steps (requests in flight continue; tokens sampled afterwards
+    carry the new version) and answers WeightsUpdated, or Error `weight_update` (stale version,
+    missing or unfit folder) while it keeps serving the weights it had.
+    """
+
+    config: EngineServerSyncConfig
+    last_version: int | None = None
+
+    def publish(self, version: int, weights: Weights) -> None:
+        address = self.config.address
+        _refuse_stale(address, version, self.last_version)
+        path = _weights_dir(address, version, weights)
+        request_id = f"weights-v{version}-{uuid.uuid4().hex[:12]}"
+        reply = self._ask(UpdateWeights(request_id=request_id, version=version, path=str(path)), version, request_id)
+        if isinstance(reply, Error):
+            raise WeightSyncError(server_url=address, version=version, message=f"{reply.code}: {reply.message}")
+        if not isinstance(reply, WeightsUpdated) or reply.version != version:
+            raise WeightSyncError(server_url=address, version=version, message=f"expected weights_updated for v{version}, got {reply!r}")
+        self.last_version = version
+
+    def served_version(self) -> int:
+        """The policy version the server has live (EngineInfo.policy_version)."""
+        reply = self._ask(EngineHello(client_id="lego-weight-sync", schema_version=SCHEMA_VERSION), -1, None)
+        if not isinstance(reply, EngineInfo):
+            raise WeightSyncError(server_url=self.config.address, version=-1, message=f"expected engine_info, got {reply!r}")
+        return reply.policy_version
+
+    def _ask(self, message: Any, version: int, request_id: str | None) -> Any:
+        """Send one frame on a fresh DEALER and return the reply naming `request_id` (None: the first reply without one)."""
+        address = self.config.address
+        socket = zmq.Context.instance().socket(zmq.DEALER)
+        socket.setsockopt(zmq.LINGER, 0)
+        try:
+            socket.connect(address)
+            socket.send(encode_control(message))
+            deadline = time.monotonic() + self.config.timeout_s
+            while True:
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                if left_ms <= 0 or not socket.poll(left_ms):
+                    raise WeightSyncError(server_url=address, version=version,
+                                          message=f"no reply to {message.KIND} within {self.config.timeout_s:g} s; is the engine server running?")
+                try:
+                    reply = decode_control(socket.recv())
+                except ControlMessageError as error:
+                    raise WeightSyncError(server_url=address, version=version, message=f"unreadable reply: {error}") from error
+                if getattr(reply, "request_id", None) == request_id:
+                    return reply
+        finally:
+            socket.close(linger=0)

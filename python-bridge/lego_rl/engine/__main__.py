@@ -2,7 +2,9 @@
 
 Prints one JSON line `{"type": "listening", "address": ..., "model": ...}` once bound
 (bind `tcp://127.0.0.1:*` and read the port from it), and `{"type": "stopped", ...}`
-after SIGINT or SIGTERM.
+after SIGINT or SIGTERM. Weight updates arrive as `update_weights` frames on the same
+socket (a trainer's `--sync-engine ADDRESS`); a failing step fails only its requests, with
+its traceback on stderr (docs/model.md "Serving over ZeroMQ").
 """
 
 from __future__ import annotations

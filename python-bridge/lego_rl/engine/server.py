@@ -12,19 +12,33 @@
    become an Error reply (code, message, request_id, field) and the loop goes on.
 4. Request ids are scoped per client: the engine sees `<peer hex>/<request_id>`, so two
    clients may reuse an id; replies carry the client's own id.
+5. UpdateWeights (schema 1.2) loads a weights folder on the serving thread, so between two
+   steps: requests in flight continue and every token sampled afterwards carries the new
+   version. The folder is read and checked in full (version above the live one, manifest,
+   config, tensor names and shapes) before one parameter is touched, so a refused update
+   (Error weight_update) leaves the old weights serving intact.
+6. An exception inside `Engine.step()` fails only the requests of that step: each gets an
+   Error engine_failure and is aborted in the engine (its partly written caches go with
+   it); queued requests stay queued and the loop goes on.
 """
 
 from __future__ import annotations
 
+import json
 import random
+import sys
 import threading
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import numpy as np
+import torch
 import zmq
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
 from lego_rl.schema import ControlMessageError, decode_control, encode_control
 from lego_rl.schema.generated import (
@@ -37,10 +51,22 @@ from lego_rl.schema.generated import (
     GenerateRequest,
     GenerateResult,
     TokenChunk,
+    UpdateWeights,
+    WeightsUpdated,
 )
+from lego_rl.model.checkpoint import CheckpointError, safetensors_files, fuse_experts, read_config
+from lego_rl.model.config import ConfigError
 
 from .engine import Engine, EngineConfig
-from .types import GenerationRequest, GenerationResult, InvalidRequestError, SamplingParams, TokenEvent, UnknownRequestError
+from .types import (
+    GenerationRequest,
+    GenerationResult,
+    InvalidRequestError,
+    SamplingParams,
+    TokenEvent,
+    UnknownRequestError,
+    WeightUpdateError,
+)
 
 # The control codec carries integers exactly only within +-2^53 (JavaScript numbers), so a
 # seed the server draws for a request that gave none stays below that; the engine's own
@@ -48,6 +74,10 @@ from .types import GenerationRequest, GenerationResult, InvalidRequestError, Sam
 _SEED_LIMIT = 2**53
 # Frames read per loop turn at most, so a flood of requests cannot starve decoding.
 _MAX_FRAMES_PER_TURN = 256
+# What a weights folder may declare its version in (DiskWeightPublisher writes it: the WeightVersion record as JSON).
+WEIGHTS_MANIFEST = "weight_version.json"
+# Config fields that do not change what the weights mean; every other one must match the served model.
+_CONFIG_FIELDS_IGNORED = frozenset({"extra", "eos_token_id"})
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -91,7 +121,7 @@ class EngineServer:
         self._socket.bind(bind)
         self._pending: dict[str, _Pending] = {}
         self._seeds = random.Random()
-        self.stats: dict[str, int] = {"requests": 0, "results": 0, "errors": 0, "aborts": 0}
+        self.stats: dict[str, int] = {"requests": 0, "results": 0, "errors": 0, "aborts": 0, "weight_updates": 0, "step_failures": 0}
 
     @property
     def address(self) -> str:
@@ -112,7 +142,12 @@ class EngineServer:
             self._handle(self._socket.recv_multipart(copy=False))
             wait = 0
         if self.engine.has_work:
-            for event in self.engine.step():
+            try:
+                events = self.engine.step()
+            except Exception as error:  # noqa: BLE001 - any failure of a step fails its requests, never the server
+                self._fail_step(error)
+                return
+            for event in events:
                 self._dispatch(event)
 
     def close(self) -> None:
@@ -137,8 +172,11 @@ class EngineServer:
             self._abort(peer, message.request_id)
         elif isinstance(message, EngineHello):
             self._hello(peer, message)
+        elif isinstance(message, UpdateWeights):
+            self._update_weights(peer, message)
         else:
-            self._error(peer, "unexpected_message", f"an engine handles engine_hello, generate and abort, not {type(message).KIND}")
+            self._error(peer, "unexpected_message",
+                        f"an engine handles engine_hello, generate, abort and update_weights, not {type(message).KIND}")
 
     def _hello(self, peer: bytes, hello: EngineHello) -> None:
         major = hello.schema_version.split(".")[0]
@@ -200,6 +238,44 @@ class EngineServer:
         self.stats["aborts"] += 1
         self._dispatch(result)
 
+    def _update_weights(self, peer: bytes, update: UpdateWeights) -> None:
+        rid, version, live = update.request_id, update.version, self.engine.policy_version
+        if version <= live:
+            self._error(peer, "weight_update", f"update {rid!r}: policy version must increase: this engine serves {live}, got {version}",
+                        request_id=rid, bad_field="version")
+            return
+        try:
+            tensors = read_weights_dir(update.path, self.engine.model, version)
+        except Exception as error:  # noqa: BLE001 - nothing is loaded yet: any failure to read the folder is a refusal
+            detail = str(error) if isinstance(error, WeightUpdateError) else f"{update.path}: {type(error).__name__}: {error}"
+            self._error(peer, "weight_update", f"update {rid!r} to v{version}: {detail}", request_id=rid, bad_field="path")
+            return
+        try:
+            self.engine.update_weights(tensors, version)
+        except WeightUpdateError as error:  # checked above already; kept for an engine that checks more
+            self._error(peer, "weight_update", f"update {rid!r} to v{version}: {error}", request_id=rid, bad_field="path")
+            return
+        self.stats["weight_updates"] += 1
+        self._send(peer, WeightsUpdated(request_id=rid, version=self.engine.policy_version))
+
+    # ------------------------------------------------------------ failures
+
+    def _fail_step(self, error: Exception) -> None:
+        """Error engine_failure to every request the failed step held, each aborted in the engine; the queue stays."""
+        self.stats["step_failures"] += 1
+        traceback.print_exception(error, file=sys.stderr)
+        text = f"engine step failed: {type(error).__name__}: {error}"
+        queued = set(self.engine.queued_request_ids)
+        for key in [k for k in self._pending if k not in queued]:
+            try:
+                self.engine.abort(key)
+            except UnknownRequestError:
+                pass  # the step had already retired it (its result was never sent)
+            except Exception:  # noqa: BLE001 - the client still gets its error; the server goes on
+                traceback.print_exc(file=sys.stderr)
+            pending = self._pending.pop(key)
+            self._error(pending.peer, "engine_failure", f"request {pending.request_id!r}: {text}", request_id=pending.request_id)
+
     # ------------------------------------------------------------ replies out
 
     def _dispatch(self, event: TokenEvent | GenerationResult) -> None:
@@ -240,6 +316,60 @@ def result_message(request_id: str, result: GenerationResult) -> GenerateResult:
         policy_version=result.policy_version,
         seed=result.seed,
     )
+
+
+def read_weights_dir(path: str | Path, model: torch.nn.Module, version: int) -> dict[str, torch.Tensor]:
+    """The tensors of a Hugging Face-layout weights folder, checked against `model`; WeightUpdateError says what does not fit.
+
+    Either expert layout (per expert or fused) and sharded folders (model.safetensors.index.json)
+    load. A `weight_version.json` (DiskWeightPublisher's manifest) must declare `version`, and a
+    `config.json` must describe the served architecture. Names and shapes are checked here, in
+    full, because `Engine.update_weights` copies tensor by tensor and would stop half way.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise WeightUpdateError(f"{folder}: not a directory on the engine's machine")
+    manifest = folder / WEIGHTS_MANIFEST
+    if manifest.exists():
+        try:
+            declared = json.loads(manifest.read_text())["version"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise WeightUpdateError(f"{manifest}: unreadable ({error})") from error
+        if declared != version:
+            raise WeightUpdateError(f"{manifest} declares version {declared!r}, not {version}")
+    config = model.config  # type: ignore[attr-defined]
+    if (folder / "config.json").exists():
+        try:
+            theirs = read_config(folder)
+        except (CheckpointError, ConfigError, ValueError, TypeError) as error:
+            raise WeightUpdateError(f"{folder / 'config.json'}: {error}") from error
+        differ = [f for f in config.__dataclass_fields__ if f not in _CONFIG_FIELDS_IGNORED and getattr(theirs, f) != getattr(config, f)]
+        if differ:
+            detail = ", ".join(f"{f}={getattr(theirs, f)!r} (served {getattr(config, f)!r})" for f in differ[:6])
+            raise WeightUpdateError(f"{folder / 'config.json'} describes another architecture: {detail}")
+    tensors: dict[str, torch.Tensor] = {}
+    try:
+        for file in safetensors_files(folder):
+            tensors.update(load_file(file))
+        fused = fuse_experts(tensors, config.num_experts)
+    except CheckpointError as error:
+        raise WeightUpdateError(str(error)) from error
+    except (OSError, SafetensorError, ValueError) as error:
+        raise WeightUpdateError(f"{folder}: cannot read the safetensors ({error})") from error
+    except KeyError as error:
+        raise WeightUpdateError(f"{folder}: {error.args[0]}") from error
+    expected = dict(model.named_parameters())
+    if config.tie_word_embeddings:
+        fused.pop("lm_head.weight", None)
+    missing, unexpected = sorted(set(expected) - set(fused)), sorted(set(fused) - set(expected))
+    if missing or unexpected:
+        raise WeightUpdateError(f"{folder}: missing tensors {missing[:8]}; unexpected tensors {unexpected[:8]}")
+    for name, param in expected.items():
+        if tuple(fused[name].shape) != tuple(param.shape):
+            raise WeightUpdateError(f"{folder}: {name} has shape {tuple(fused[name].shape)}, the served model {tuple(param.shape)}")
+        if not fused[name].dtype.is_floating_point:
+            raise WeightUpdateError(f"{folder}: {name} is {fused[name].dtype}, not a floating-point tensor")
+    return fused
 
 
 def _salvage_request_id(body: Any) -> str | None:

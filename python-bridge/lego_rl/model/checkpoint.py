@@ -43,7 +43,8 @@ def read_config(model_dir: str | Path) -> Config:
     return Config.from_hf(json.loads(path.read_text()))
 
 
-def _safetensors_files(model_dir: Path) -> list[Path]:
+def safetensors_files(model_dir: Path) -> list[Path]:
+    """The weight files of an HF model directory: the shards its index names, else model.safetensors."""
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
         names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
@@ -107,12 +108,13 @@ def load_state(model: MoeForCausalLM, tensors: dict[str, torch.Tensor], *, sourc
     unexpected = sorted(set(tensors) - set(expected))
     if missing or unexpected:
         raise CheckpointError(source, f"missing tensors {missing[:8]}; unexpected tensors {unexpected[:8]}")
+    # Every shape is checked before any copy, so a refused state leaves the model untouched.
+    for name, p in expected.items():
+        if tensors[name].shape != p.shape:
+            raise CheckpointError(source, f"{name} has shape {tuple(tensors[name].shape)}, model expects {tuple(p.shape)}")
     with torch.no_grad():
         for name, p in expected.items():
-            t = tensors[name]
-            if t.shape != p.shape:
-                raise CheckpointError(source, f"{name} has shape {tuple(t.shape)}, model expects {tuple(p.shape)}")
-            p.copy_(t)
+            p.copy_(tensors[name])
 
 
 def load_model(
@@ -127,7 +129,7 @@ def load_model(
     if config.tie_word_embeddings:  # to_empty materialises the two names separately
         model.lm_head.weight = model.model.embed_tokens.weight
     tensors: dict[str, torch.Tensor] = {}
-    for f in _safetensors_files(model_dir):
+    for f in safetensors_files(model_dir):
         if not f.is_file():
             raise CheckpointError(f, "shard listed in the index is missing")
         tensors.update(load_file(f))

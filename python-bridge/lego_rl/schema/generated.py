@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-SCHEMA_VERSION = "1.1.0"
+SCHEMA_VERSION = "1.2.0"
 SCHEMA_MAJOR = 1
 
 # Routing values: uint8 when the model has at most 256 experts, else uint16.
@@ -406,7 +406,31 @@ class Abort:
     """Request to stop."""
 
 
-ControlMessage: TypeAlias = BatchHeader | Ack | Credit | WeightVersion | Heartbeat | Error | EngineHello | EngineInfo | GenerateRequest | TokenChunk | GenerateResult | Abort
+@dataclass(kw_only=True, slots=True)
+class UpdateWeights:
+    """Trainer -> engine: load the weights folder `path` and serve it as policy `version`; the engine answers WeightsUpdated, or Error weight_update and keeps the weights it had."""
+
+    KIND: ClassVar[str] = "update_weights"
+    request_id: str
+    """Names the reply (scoped per connection, like a generate's)."""
+    version: int
+    """Policy version of the weights; must be above the live one (Error weight_update, field version, otherwise)."""
+    path: str
+    """Hugging Face-layout folder on the engine's machine: *.safetensors with either expert layout, config.json optional (must match the served model when present), weight_version.json optional (must declare `version` when present)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class WeightsUpdated:
+    """Engine -> trainer: the weights of UpdateWeights `request_id` are live; tokens sampled from now on carry `version`."""
+
+    KIND: ClassVar[str] = "weights_updated"
+    request_id: str
+    """The UpdateWeights this answers."""
+    version: int
+    """Policy version now live."""
+
+
+ControlMessage: TypeAlias = BatchHeader | Ack | Credit | WeightVersion | Heartbeat | Error | EngineHello | EngineInfo | GenerateRequest | TokenChunk | GenerateResult | Abort | UpdateWeights | WeightsUpdated
 MESSAGE_CLASSES: dict[str, type[ControlMessage]] = {
     "batch": BatchHeader,
     "ack": Ack,
@@ -420,6 +444,8 @@ MESSAGE_CLASSES: dict[str, type[ControlMessage]] = {
     "token_chunk": TokenChunk,
     "generate_result": GenerateResult,
     "abort": Abort,
+    "update_weights": UpdateWeights,
+    "weights_updated": WeightsUpdated,
 }
 
 
@@ -595,6 +621,15 @@ MESSAGE_FIELDS: dict[str, tuple[FieldDescriptor, ...]] = {
     ),
     "abort": (
         FieldDescriptor(name="request_id", nullable=False, kind="scalar", scalar="string"),
+    ),
+    "update_weights": (
+        FieldDescriptor(name="request_id", nullable=False, kind="scalar", scalar="string"),
+        FieldDescriptor(name="version", nullable=False, kind="scalar", scalar="int64"),
+        FieldDescriptor(name="path", nullable=False, kind="scalar", scalar="string"),
+    ),
+    "weights_updated": (
+        FieldDescriptor(name="request_id", nullable=False, kind="scalar", scalar="string"),
+        FieldDescriptor(name="version", nullable=False, kind="scalar", scalar="int64"),
     ),
 }
 

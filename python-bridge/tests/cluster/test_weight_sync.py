@@ -25,12 +25,16 @@ from lego_rl.cluster.vllm_worker_extension import LegoWeightReloader, read_manif
 from lego_rl.cluster.weight_sync import (
     DiskPublishConfig,
     DiskWeightPublisher,
+    EngineServerSyncConfig,
+    EngineServerWeightSync,
     SglangSyncConfig,
     SglangWeightSync,
     VllmSyncConfig,
     VllmWeightSync,
     WeightSyncError,
 )
+from lego_rl.engine import EngineConfig
+from lego_rl.engine.server import EngineServer, EngineServerConfig
 from lego_rl.model import load_model
 from lego_rl.model.checkpoint import split_experts
 from lego_rl.model.tiny import write_tiny_model
@@ -362,6 +366,66 @@ def test_a_server_sync_needs_a_published_directory(tmp_path: Path, model: torch.
     assert server.requests == []
 
 
+# ---- the embedded engine's ZeroMQ server ----------------------------------------------
+
+
+@pytest.fixture
+def engine_server(model_dir: Path) -> Iterator[EngineServer]:
+    """A real `lego_rl.engine` server on a thread (tests/engine/test_server_updates.py covers what it does mid-generation)."""
+    served = EngineServerConfig(model_dir=str(model_dir), bind="tcp://127.0.0.1:*", engine=EngineConfig()).build()
+    stop = threading.Event()
+    thread = threading.Thread(target=served.serve, args=(stop,), daemon=True)
+    thread.start()
+    yield served
+    stop.set()
+    thread.join()
+    served.close()
+
+
+def test_an_engine_server_loads_each_published_version_over_zeromq(tmp_path: Path, model_dir: Path, model: torch.nn.Module,
+                                                                   engine_server: EngineServer) -> None:
+    sync = EngineServerWeightSync(config=EngineServerSyncConfig(address=engine_server.address, timeout_s=30))
+    disk = _disk(tmp_path, model_dir, sync)
+    state = _changed(model, 0.25)
+    disk.publish(1, state)
+    assert sync.last_version == 1 and sync.served_version() == 1 == engine_server.engine.policy_version
+    for name, tensor in engine_server.engine.model.named_parameters():
+        assert torch.equal(tensor, state[name]), name
+    disk.publish(2, model)
+    assert sync.served_version() == 2
+    _assert_same_parameters(engine_server.engine.model, model)
+
+
+def test_an_engine_server_refusal_names_the_server_version_and_code(tmp_path: Path, model_dir: Path, model: torch.nn.Module,
+                                                                    engine_server: EngineServer) -> None:
+    address = engine_server.address
+    _disk(tmp_path / "a", model_dir, EngineServerWeightSync(config=EngineServerSyncConfig(address=address))).publish(5, model)
+    # A second trainer (fresh client, fresh directory) tries to install older weights: the engine refuses and keeps v5.
+    with pytest.raises(WeightSyncError) as caught:
+        _disk(tmp_path / "b", model_dir, EngineServerWeightSync(config=EngineServerSyncConfig(address=address))).publish(2, model)
+    error = caught.value
+    assert (error.server_url, error.version, error.status) == (address, 2, None)
+    assert error.server_message.startswith("weight_update: ") and "must increase" in error.server_message
+    assert EngineServerWeightSync(config=EngineServerSyncConfig(address=address)).served_version() == 5
+    # A directory the engine cannot read (gone by the time it looks) is refused the same way.
+    published = _disk(tmp_path / "c", model_dir)
+    path = published.write(6, model)
+    (path / "model.safetensors").unlink()
+    with pytest.raises(WeightSyncError, match="weight_update: .*no \\*.safetensors"):
+        EngineServerWeightSync(config=EngineServerSyncConfig(address=address)).publish(6, path)
+    assert engine_server.engine.policy_version == 5
+
+
+def test_an_engine_server_that_does_not_answer_times_out(tmp_path: Path, model_dir: Path, model: torch.nn.Module) -> None:
+    with socket.socket() as probe:  # a port nothing listens on once the probe is closed
+        probe.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+    sync = EngineServerWeightSync(config=EngineServerSyncConfig(address=address, timeout_s=0.3))
+    with pytest.raises(WeightSyncError, match="no reply to update_weights within 0.3 s") as caught:
+        _disk(tmp_path, model_dir, sync).publish(1, model)
+    assert caught.value.server_url == address and sync.last_version is None
+
+
 # ---- wiring -------------------------------------------------------------------------
 
 
@@ -378,10 +442,10 @@ def test_local_policy_hands_its_model_to_every_publisher(model: torch.nn.Module)
     assert seen == [(4, model), (4, model)]
 
 
-def test_train_refuses_server_sync_without_a_weights_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("flag", [["--sync-vllm", "http://127.0.0.1:1"], ["--sync-engine", "tcp://127.0.0.1:1"]])
+def test_train_refuses_server_sync_without_a_weights_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: list[str]) -> None:
     from lego_rl.cluster.train import main
 
     with pytest.raises(SystemExit) as caught:
-        main(["--model", str(tmp_path), "--checkpoints", str(tmp_path), "--toy-steps", "1",
-              "--sync-vllm", "http://127.0.0.1:1"])
+        main(["--model", str(tmp_path), "--checkpoints", str(tmp_path), "--toy-steps", "1", *flag])
     assert caught.value.code == 2 and "--weights-dir" in capsys.readouterr().err

@@ -18,6 +18,7 @@ import zmq
 
 from lego_rl.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
 from lego_rl.engine.server import EngineServer, EngineServerConfig
+from lego_rl.model import load_model
 from lego_rl.model.tiny import write_tiny_model
 from lego_rl.schema import decode_control, encode_control
 from lego_rl.schema.generated import SCHEMA_VERSION, Abort, Ack, EngineHello, EngineInfo, Error, GenerateRequest, GenerateResult, TokenChunk
@@ -229,14 +230,15 @@ def test_python_m_lego_rl_engine_serves_until_sigterm(model_dir: Path):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         stopped = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
-        assert stopped == {"type": "stopped", "stats": {"requests": 1, "results": 1, "errors": 0, "aborts": 0}}
+        assert stopped == {"type": "stopped", "stats": {"requests": 1, "results": 1, "errors": 0, "aborts": 0,
+                                                        "weight_updates": 0, "step_failures": 0}}
     finally:
         proc.kill()
         proc.wait()
 
 
 @pytest.mark.slow
-def test_the_ray_actor_serves_the_engine_over_zeromq(model_dir: Path, monkeypatch: pytest.MonkeyPatch):
+def test_the_ray_actor_serves_the_engine_over_zeromq(model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     ray = pytest.importorskip("ray")
     from lego_rl.cluster.engine_server_actor import start_engine_server
 
@@ -248,8 +250,17 @@ def test_the_ray_actor_serves_the_engine_over_zeromq(model_dir: Path, monkeypatc
         c.send(generate("ray", [1, 2, 3], max_tokens=3, model="tiny"))
         chunks, result = c.until_result("ray")
         assert len(chunks) == 3 and result.finish_reason == "length"
-        c.close()
         assert ray.get(actor.stats.remote())["results"] == 1
+        # A weights folder as the trainer publishes it reaches the engine through the actor's own socket.
+        from lego_rl.cluster.weight_sync import DiskPublishConfig, DiskWeightPublisher
+
+        disk = DiskWeightPublisher(config=DiskPublishConfig(root=tmp_path / "weights", model_dir=model_dir))
+        disk.publish(1, load_model(model_dir).state_dict())
+        assert ray.get(actor.update_weights.remote(str(tmp_path / "weights" / "v1"), 1)) == 1
+        assert ray.get(actor.policy_version.remote()) == 1
+        c.send(generate("ray-v1", [1, 2, 3], max_tokens=2, model="tiny"))
+        assert c.until_result("ray-v1")[1].policy_version == 1
+        c.close()
         ray.get(actor.stop.remote())
     finally:
         ray.shutdown()

@@ -10,8 +10,11 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Dealer } from "zeromq";
 import { loadProxyModel } from "../proxy/model.ts";
 import { ProxyServer } from "../proxy/server.ts";
+import { decodeControl, encodeControl } from "../schema/control-codec.ts";
+import type { ControlMessage } from "../schema/generated.ts";
 import { REPO_ROOT } from "../schema/vectors.ts";
 import { EngineAbortedError, type GenerateChunk, type GenerateRequest } from "./types.ts";
 import { EngineRequestError, ZmqEngine } from "./zmq.ts";
@@ -147,6 +150,44 @@ describe("the proxy in front of the Python engine", () => {
       expect(records.segments[0]!.routing_recorded).not.toBeNull();
     } finally {
       await proxy.close();
+    }
+  });
+});
+
+// Last: it moves the engine to policy version 1.
+describe("weights updated while the client streams", () => {
+  it("later chunks carry the new version, the last chunk the oldest, and a refused update changes nothing", async () => {
+    const v1 = join(dir, "v1");
+    execFileSync(PYTHON, ["-m", "lego_rl.model.tiny", "--out", v1, "--tokenizer", "bytes", "--seed", "1"], { cwd: REPO_ROOT, stdio: "ignore" });
+    const trainer = new Dealer({ linger: 0 });
+    trainer.connect(address);
+    const ask = async (message: ControlMessage): Promise<ControlMessage> => {
+      await trainer.send(encodeControl(message));
+      const [frame] = await trainer.receive();
+      return decodeControl(frame!);
+    };
+    try {
+      const chunks: GenerateChunk[] = [];
+      let reply: ControlMessage | null = null;
+      // The update lands a few tokens after it is sent, far before 300.
+      for await (const chunk of engine.generate(request("update-1", [1, 2, 3], 300))) {
+        chunks.push(chunk);
+        if (chunks.length === 3) reply = await ask({ kind: "update_weights", request_id: "u1", version: 1, path: v1 });
+      }
+      expect(reply).toEqual({ kind: "weights_updated", request_id: "u1", version: 1 });
+      const versions = chunks.slice(0, -1).map((c) => c.policy_version);
+      const switchAt = versions.indexOf(1);
+      expect(switchAt).toBeGreaterThanOrEqual(3);
+      expect(versions).toEqual([...Array<number>(switchAt).fill(0), ...Array<number>(versions.length - switchAt).fill(1)]);
+      expect(chunks.at(-1)).toMatchObject({ finish_reason: "length", policy_version: 0 });
+
+      const refused = await ask({ kind: "update_weights", request_id: "u0", version: 1, path: v1 });
+      expect(refused).toMatchObject({ kind: "error", code: "weight_update", request_id: "u0", field: "version" });
+      expect((await engine.engineInfo()).policy_version).toBe(1);
+      const after = await collect(engine.generate(request("update-2", [1, 2, 3], 3)));
+      expect(after.map((c) => c.policy_version)).toEqual([1, 1, 1, 1]);
+    } finally {
+      trainer.close();
     }
   });
 });

@@ -12,7 +12,14 @@
  * 3. Routing crosses the wire as uint16 and is narrowed to uint8 when the model
  *    has at most 256 experts, the schema's rule for Segment.routing.
  * 4. Aborting the signal sends Abort (the engine stops the request) and the
- *    iterator throws EngineAbortedError; an Error reply becomes EngineRequestError.
+ *    iterator throws EngineAbortedError; an Error reply becomes EngineRequestError
+ *    (`engine_failure` when a decode step failed under the request; the engine
+ *    has already dropped it, so the Abort sent on the way out is answered with an
+ *    unknown_request that nobody waits for).
+ * 5. Weights may change under a running request (schema 1.2: a trainer sends
+ *    update_weights on its own socket): each chunk carries the version that
+ *    sampled it and the last chunk the oldest. This client never sends
+ *    update_weights, so a weights_updated reply is counted as unrouted.
  */
 import { Dealer } from "zeromq";
 import { decodeControl, encodeControl } from "../schema/control-codec.ts";
@@ -257,7 +264,7 @@ export class ZmqEngine implements EngineClient {
         else this.unrouted += 1;
         return;
       }
-      default:
+      default: // weights_updated (answers an update_weights this client does not send) or a kind an engine never sends
         this.unrouted += 1;
     }
   }

@@ -4,7 +4,7 @@ import {
   Uint8, Uint16, Uint32, Utf8, type DataType,
 } from "apache-arrow";
 
-export const SCHEMA_VERSION = "1.1.0";
+export const SCHEMA_VERSION = "1.2.0";
 export const SCHEMA_MAJOR = 1;
 
 /** Routing values: uint8 when the model has at most 256 experts, else uint16. */
@@ -340,9 +340,29 @@ export interface Abort {
   request_id: string;
 }
 
+/** Trainer -> engine: load the weights folder `path` and serve it as policy `version`; the engine answers WeightsUpdated, or Error weight_update and keeps the weights it had. */
+export interface UpdateWeights {
+  kind: "update_weights";
+  /** Names the reply (scoped per connection, like a generate's). */
+  request_id: string;
+  /** Policy version of the weights; must be above the live one (Error weight_update, field version, otherwise). */
+  version: number;
+  /** Hugging Face-layout folder on the engine's machine: *.safetensors with either expert layout, config.json optional (must match the served model when present), weight_version.json optional (must declare `version` when present). */
+  path: string;
+}
+
+/** Engine -> trainer: the weights of UpdateWeights `request_id` are live; tokens sampled from now on carry `version`. */
+export interface WeightsUpdated {
+  kind: "weights_updated";
+  /** The UpdateWeights this answers. */
+  request_id: string;
+  /** Policy version now live. */
+  version: number;
+}
+
 /** Every control message; `kind` tells them apart. */
-export type ControlMessage = BatchHeader | Ack | Credit | WeightVersion | Heartbeat | Error | EngineHello | EngineInfo | GenerateRequest | TokenChunk | GenerateResult | Abort;
-export const CONTROL_KINDS = ["batch", "ack", "credit", "weight_version", "heartbeat", "error", "engine_hello", "engine_info", "generate", "token_chunk", "generate_result", "abort"] as const;
+export type ControlMessage = BatchHeader | Ack | Credit | WeightVersion | Heartbeat | Error | EngineHello | EngineInfo | GenerateRequest | TokenChunk | GenerateResult | Abort | UpdateWeights | WeightsUpdated;
+export const CONTROL_KINDS = ["batch", "ack", "credit", "weight_version", "heartbeat", "error", "engine_hello", "engine_info", "generate", "token_chunk", "generate_result", "abort", "update_weights", "weights_updated"] as const;
 export type ControlKind = (typeof CONTROL_KINDS)[number];
 
 export type ScalarName =
@@ -540,6 +560,15 @@ export const MESSAGE_FIELDS: { readonly [K in ControlKind]: readonly MessageFiel
   ],
   abort: [
     { name: "request_id", nullable: false, type: { kind: "scalar", scalar: "string" } },
+  ],
+  update_weights: [
+    { name: "request_id", nullable: false, type: { kind: "scalar", scalar: "string" } },
+    { name: "version", nullable: false, type: { kind: "scalar", scalar: "int64" } },
+    { name: "path", nullable: false, type: { kind: "scalar", scalar: "string" } },
+  ],
+  weights_updated: [
+    { name: "request_id", nullable: false, type: { kind: "scalar", scalar: "string" } },
+    { name: "version", nullable: false, type: { kind: "scalar", scalar: "int64" } },
   ],
 };
 
