@@ -54,6 +54,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--lr", type=float, default=StepConfig().lr)
     parser.add_argument("--loss", choices=["gspo", "gspo_token", "grpo"], default="gspo")
     parser.add_argument("--max-steps", type=int, default=None)
+    parser.add_argument("--max-staleness", type=int, default=None, metavar="VERSIONS",
+                        help="exclude rollouts sampled by weights more than this many versions old (0: on-policy only)")
     parser.add_argument("--log", type=Path, default=None)
     parser.add_argument("--weights-dir", type=Path, default=None,
                         help="write every published version to DIR/v<N>/ (HF layout) for external inference servers")
@@ -95,7 +97,7 @@ def main(argv: list[str]) -> int:
         batches = SpoolFolderSource(folder=args.spool)
     log = open(args.log, "a", encoding="utf-8") if args.log else sys.stdout
     try:
-        position = train(batches, policy, LoopConfig(checkpoint_dir=args.checkpoints, max_steps=args.max_steps), log=log)
+        position = train(batches, policy, LoopConfig(checkpoint_dir=args.checkpoints, max_steps=args.max_steps, max_staleness=args.max_staleness), log=log)
     finally:
         if log is not sys.stdout:
             log.close()

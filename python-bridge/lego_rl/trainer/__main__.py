@@ -29,6 +29,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--receiver-spool", type=Path, default=Path("var/receiver"), help="the receiver's durable spool")
     parser.add_argument("--checkpoints", type=Path, required=True, help="checkpoint folder; training resumes from it")
     parser.add_argument("--max-steps", type=int, default=None)
+    parser.add_argument("--max-staleness", type=int, default=None, metavar="VERSIONS",
+                        help="exclude rollouts sampled by weights more than this many versions old (0: on-policy only)")
     parser.add_argument("--log", type=Path, default=None, help="append one JSON line of metrics per step")
     parser.add_argument("--loss", choices=["gspo", "gspo_token", "grpo"], default="gspo")
     parser.add_argument("--lr", type=float, default=StepConfig().lr)
@@ -55,7 +57,7 @@ def main(argv: list[str]) -> int:
         position = train(
             batches,
             policy,
-            LoopConfig(checkpoint_dir=args.checkpoints, max_steps=args.max_steps),
+            LoopConfig(checkpoint_dir=args.checkpoints, max_steps=args.max_steps, max_staleness=args.max_staleness),
             log=log,
         )
     finally:

@@ -28,6 +28,8 @@ class RolloutOutcome:
     group_id: str
     status: str
     reward: float | None
+    policy_version: int | None = None
+    """Oldest weight version that sampled one of its tokens; None when unknown (no turns)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -41,7 +43,7 @@ class GroupAdvantages:
     groups_skipped_identical: int
     groups_skipped_singleton: int
     excluded: dict[str, int] = field(default_factory=dict)
-    """Trajectories left out before grouping, by reason (env_error, no_reward)."""
+    """Trajectories left out before grouping, by reason (env_error, no_reward, stale)."""
 
     def metrics(self) -> dict[str, float]:
         return {
@@ -52,12 +54,19 @@ class GroupAdvantages:
         }
 
 
-def group_advantages(outcomes: Sequence[RolloutOutcome], *, eps: float = 1e-6) -> GroupAdvantages:
+def group_advantages(
+    outcomes: Sequence[RolloutOutcome], *, eps: float = 1e-6, min_policy_version: int | None = None
+) -> GroupAdvantages:
+    """Advantages per group; `min_policy_version` excludes rollouts sampled (even in part) by older weights."""
     excluded: dict[str, int] = defaultdict(int)
     groups: dict[str, list[RolloutOutcome]] = defaultdict(list)
     for outcome in outcomes:
         if outcome.status == "env_error":
             excluded["env_error"] += 1
+        elif min_policy_version is not None and outcome.policy_version is not None and outcome.policy_version < min_policy_version:
+            # Beyond the staleness bound: its importance ratios would be clipped away or,
+            # worse, dominate; the rest of its group keeps a baseline of its own.
+            excluded["stale"] += 1
         elif outcome.reward is None or not np.isfinite(outcome.reward):
             excluded["no_reward"] += 1
         else:

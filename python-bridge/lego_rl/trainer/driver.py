@@ -90,6 +90,16 @@ class LoopConfig:
     """Where checkpoints (and the resume point) live."""
     max_steps: int | None = None
     """Stop after this many updates (None: until the source ends)."""
+    max_staleness: int | None = None
+    """Train only rollouts whose every token was sampled by weights at most this many
+    versions behind the trainer's (0 = strictly on-policy); older ones are excluded and
+    counted as batch/excluded_stale. None: no bound."""
+
+
+def oldest_policy_version(trajectory: Trajectory) -> int | None:
+    """The oldest weight version that sampled any of the trajectory's turns (None: no turns)."""
+    versions = [turn.policy_version for segment in trajectory.segments for turn in segment.turns]
+    return min(versions) if versions else None
 
 
 def outcome_of(trajectory: Trajectory) -> RolloutOutcome:
@@ -98,7 +108,16 @@ def outcome_of(trajectory: Trajectory) -> RolloutOutcome:
         group_id=trajectory.group_id,
         status=trajectory.status,
         reward=trajectory.reward,
+        policy_version=oldest_policy_version(trajectory),
     )
+
+
+def staleness_metrics(outcomes: list[RolloutOutcome], policy_version: int) -> dict[str, float]:
+    """How far behind the trainer's weights the batch's rollouts were sampled (versions)."""
+    lags = [policy_version - o.policy_version for o in outcomes if o.policy_version is not None]
+    if not lags:
+        return {}
+    return {"batch/staleness_max": float(max(lags)), "batch/staleness_mean": sum(lags) / len(lags)}
 
 
 def train(
@@ -116,9 +135,11 @@ def train(
             batch.done()  # redelivered after a crash: its update is already in the weights
             continue
         trajectories = trajectories_of([batch.load()])
-        advantages = group_advantages([outcome_of(t) for t in trajectories.values()])
+        outcomes = [outcome_of(t) for t in trajectories.values()]
+        oldest_allowed = None if config.max_staleness is None else position.policy_version - config.max_staleness
+        advantages = group_advantages(outcomes, min_policy_version=oldest_allowed)
         started = time.perf_counter()
-        metrics = advantages.metrics()
+        metrics = advantages.metrics() | staleness_metrics(outcomes, position.policy_version)
         if advantages.trajectory_ids:
             metrics |= policy.update(trajectories, advantages)
             position.policy_version += 1

@@ -129,3 +129,15 @@ def test_group_advantages_exclude_env_errors_and_skip_groups_without_signal() ->
     assert result.advantages.tolist() == pytest.approx([A, -A], abs=1e-6)
     assert (result.groups_trained, result.groups_skipped_identical, result.groups_skipped_singleton) == (1, 1, 1)
     assert result.excluded == {"env_error": 2}
+
+
+def test_rollouts_beyond_the_staleness_bound_are_excluded_before_grouping() -> None:
+    result = group_advantages([
+        RolloutOutcome(trajectory_id="a1", group_id="a", status="ok", reward=1.0, policy_version=5),
+        RolloutOutcome(trajectory_id="a2", group_id="a", status="ok", reward=0.0, policy_version=4),
+        RolloutOutcome(trajectory_id="a3", group_id="a", status="ok", reward=1.0, policy_version=3),
+        RolloutOutcome(trajectory_id="a4", group_id="a", status="ok", reward=1.0, policy_version=None),
+    ], min_policy_version=4)
+    # a3 is stale; a4's version is unknown (no turns), so no bound can exclude it.
+    assert result.trajectory_ids == ["a1", "a2", "a4"]
+    assert result.excluded == {"stale": 1}
