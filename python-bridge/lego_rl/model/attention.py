@@ -7,10 +7,12 @@ L decoder layers.
 Design:
 1. Activations are packed [T, D]; `PackedBatch` says where each sequence starts, so a
    batch of prefills and single-token decodes is one forward pass.
-2. Prefill chunks attend per sequence over their own KV cache, with no padding. Decode
-   steps (one new token per sequence) of sequences sharing a `KVPool` run as one
+2. Decode steps (one new token per sequence) of sequences sharing a `KVPool` run as one
    attention call per layer over the pool's slots, shorter ones masked: masked positions
    weigh exactly 0, so batch neighbours change a sequence's output only by rounding.
+   Equal-length sequences with nothing cached (same-length prompts, a GRPO group's
+   copies) attend in one causal call; any other chunk attends alone over its cache.
+   The grouping is planned once per forward (`PackedBatch`) and reused by every layer.
 3. Numerics follow HF Qwen3-MoE: RMSNorm in fp32 and weight applied after the cast back,
    q/k RMSNorm per head before RoPE, rotate-half RoPE with cos/sin built in fp32.
 """
@@ -207,6 +209,36 @@ class DecodeRows:
         )
 
 
+@dataclass(slots=True, frozen=True)
+class FreshGroup:
+    """Sequences of equal length t > 1 with nothing cached before them: one causal attention call."""
+
+    seqs: frozenset[int]
+    length: int
+    rows_N: torch.Tensor
+    """Packed rows of the group's tokens, sequence after sequence ([B * t])."""
+    caches: list[KVCache] | None
+    """Their caches to fill (None on the trainer path)."""
+
+    @staticmethod
+    def plan(
+        seq_lens: list[int], offsets: list[int], caches: list[KVCache] | None, skip: frozenset[int], device: torch.device
+    ) -> list[FreshGroup]:
+        by_length: dict[int, list[int]] = {}
+        for i, t in enumerate(seq_lens):
+            if t > 1 and i not in skip and (caches is None or caches[i].length == 0):
+                by_length.setdefault(t, []).append(i)
+        groups = []
+        for t, seqs in by_length.items():
+            if len(seqs) < 2:
+                continue
+            starts_B = torch.tensor([offsets[i] for i in seqs], device=device)
+            rows_N = (starts_B[:, None] + torch.arange(t, device=device)[None, :]).reshape(-1)
+            groups.append(FreshGroup(seqs=frozenset(seqs), length=t, rows_N=rows_N,
+                                     caches=None if caches is None else [caches[i] for i in seqs]))
+        return groups
+
+
 @dataclass(slots=True)
 class PackedBatch:
     """Where each sequence's new tokens sit in the packed [T] axis, and its cache if any."""
@@ -220,15 +252,21 @@ class PackedBatch:
     """Packed row where each sequence starts."""
     decode: DecodeRows | None = field(init=False)
     """Single-token cached rows that attend in one call per layer."""
+    fresh: list[FreshGroup] = field(init=False)
+    """Equal-length sequences without a cached prefix (prefills of same-length prompts) that attend together."""
 
     def __post_init__(self) -> None:
         self.offsets, acc = [], 0
         for n in self.seq_lens:
             self.offsets.append(acc)
             acc += n
+        device = torch.device(self.device)
         self.decode = None
         if self.caches is not None:
-            self.decode = DecodeRows.plan(self.seq_lens, self.offsets, self.caches, torch.device(self.device))
+            self.decode = DecodeRows.plan(self.seq_lens, self.offsets, self.caches, device)
+        self.fresh = FreshGroup.plan(
+            self.seq_lens, self.offsets, self.caches, self.decode.seqs if self.decode else frozenset(), device
+        )
 
 
 def _causal_mask(t: int, past: int, device: torch.device) -> torch.Tensor:
@@ -288,6 +326,23 @@ class Attention(nn.Module):
         )
         return o_BGrDh.reshape(B, self.n_heads, self.head_dim)
 
+    def _fresh_batch(self, q_NHDh: torch.Tensor, k_NGDh: torch.Tensor, v_NGDh: torch.Tensor, group: FreshGroup) -> torch.Tensor:
+        """Causal attention of B equal-length sequences with no cached prefix, filling their caches ([N, H, Dh])."""
+        t = group.length
+        B = q_NHDh.shape[0] // t
+        k_BGtDh = k_NGDh.view(B, t, self.n_kv, self.head_dim).transpose(1, 2)
+        v_BGtDh = v_NGDh.view(B, t, self.n_kv, self.head_dim).transpose(1, 2)
+        for b, cache in enumerate(group.caches or ()):
+            cache.keys(self.layer)[:, :t] = k_BGtDh[b]
+            cache.values(self.layer)[:, :t] = v_BGtDh[b]
+        o_BHtDh = F.scaled_dot_product_attention(
+            q_NHDh.view(B, t, self.n_heads, self.head_dim).transpose(1, 2),
+            self._expand_kv(k_BGtDh),
+            self._expand_kv(v_BGtDh),
+            is_causal=True,
+        )
+        return o_BHtDh.transpose(1, 2).reshape(B * t, self.n_heads, self.head_dim)
+
     def forward(
         self, x_TD: torch.Tensor, cos_TDh: torch.Tensor, sin_TDh: torch.Tensor, batch: PackedBatch
     ) -> torch.Tensor:
@@ -308,10 +363,15 @@ class Attention(nn.Module):
             return self.o_proj(o_BHtDh.transpose(1, 2).reshape(T, -1))
         out_THDh = torch.empty_like(q_THDh)
         caches, rows = batch.caches, batch.decode
-        batched: frozenset[int] = frozenset()
+        batched: set[int] = set()
+        if rows is not None and len(rows.seqs) == T:  # a pure decode step: no gather, no scatter
+            return self.o_proj(self._decode_batch(q_THDh, k_TGDh, v_TGDh, rows).reshape(T, -1))
         if rows is not None:
             out_THDh[rows.rows_B] = self._decode_batch(q_THDh[rows.rows_B], k_TGDh[rows.rows_B], v_TGDh[rows.rows_B], rows)
-            batched = rows.seqs
+            batched |= rows.seqs
+        for group in batch.fresh:
+            out_THDh[group.rows_N] = self._fresh_batch(q_THDh[group.rows_N], k_TGDh[group.rows_N], v_TGDh[group.rows_N], group)
+            batched |= group.seqs
         for i, (start, t) in enumerate(zip(batch.offsets, lens)):
             if i in batched:
                 continue

@@ -119,8 +119,7 @@ class MoeForCausalLM(nn.Module):
                 cache.reserve(cache.length + n)
         batch = PackedBatch(seq_lens=list(seq_lens), caches=caches, device=ids_T.device)
         if positions is None:
-            starts = [0] * len(seq_lens) if caches is None else [c.length for c in caches]
-            positions_T = torch.cat([torch.arange(s, s + n, device=ids_T.device) for s, n in zip(starts, seq_lens)])
+            positions_T = _positions(seq_lens, None if caches is None else [c.length for c in caches], ids_T.device)
         else:
             positions_T = positions.reshape(-1)
         replay_TLK = None
@@ -161,6 +160,18 @@ class MoeForCausalLM(nn.Module):
             if routing is not None:
                 routing = routing.view(*input_ids.shape, *routing.shape[1:])
         return ModelOutput(logits=logits, routing=routing)
+
+
+def _positions(seq_lens: list[int], starts: list[int] | None, device: torch.device) -> torch.Tensor:
+    """[T] position of each packed token: 0.. per sequence, after its cached `starts` if given."""
+    if all(n == 1 for n in seq_lens):  # a decode step: each token sits right after its cache
+        return torch.tensor(starts if starts is not None else [0] * len(seq_lens), device=device)
+    lens_S = torch.tensor(seq_lens, device=device)
+    # Within-sequence index = packed index - where the sequence starts in the packing.
+    first_S = torch.cumsum(lens_S, 0) - lens_S
+    if starts is not None:
+        first_S = first_S - torch.tensor(starts, device=device)
+    return torch.arange(int(lens_S.sum()), device=device) - torch.repeat_interleave(first_S, lens_S)
 
 
 def init_weights(model: MoeForCausalLM, *, seed: int, std: float = 0.02) -> None:
