@@ -93,9 +93,9 @@ def grouped_swiglu(
 
 # Multiply-adds that cost about as much as running one expert's GEMMs separately (measured
 # on CPU, torch 2.15: ~100 us of dispatch per expert). Running all E experts on T tokens
-# wastes T*(E-K)*3*F*D; below E times this, it is the cheaper way (T <= 48 for the tiny
+# wastes T*(E-K)*3*F*D; below E times this, it is the cheaper way (T <= 24 for the tiny
 # config, never for a Qwen3-30B-shaped layer).
-_PER_EXPERT_DISPATCH_MACS = 1_800_000
+_PER_EXPERT_DISPATCH_MACS = 900_000
 
 
 def prefers_all_experts(tokens: int, num_experts: int, top_k: int, ffn: int, width: int) -> bool:

@@ -94,5 +94,5 @@ def test_all_experts_path_equals_the_grouped_path_and_is_chosen_only_for_few_tok
         0, token_N, grouped_swiglu(x_TD[token_N], counts, gate_up, down) * w_TK.reshape(-1)[order_N, None]
     )
     assert torch.allclose(all_experts_swiglu(x_TD, idx_TK, w_TK, gate_up, down), grouped_TD, rtol=1e-5, atol=1e-6)
-    assert prefers_all_experts(8, 8, 2, 128, 128) and not prefers_all_experts(512, 8, 2, 128, 128)
+    assert prefers_all_experts(16, 8, 2, 128, 128) and not prefers_all_experts(64, 8, 2, 128, 128)
     assert not prefers_all_experts(1, 128, 8, 768, 2048)  # a Qwen3-30B-shaped layer always groups
