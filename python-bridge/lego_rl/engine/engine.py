@@ -10,6 +10,9 @@
    exactly 0 and the dense/expert math is row-wise, so batch neighbours change a request's
    logits only by rounding (~1e-7; CPU kernels differ by row count). Each request samples from its own seeded
    torch.Generator, so a seed reproduces a completion under any load.
+   Requests admitted in the same step with an identical prompt (a GRPO group's G copies)
+   prefill it once; the others copy its keys, routing rows and first-token logits, then
+   sample with their own generators.
 4. Single-threaded: the network layer calls submit/abort/update_weights/step from one
    loop; `update_weights` between steps bumps the policy version, and tokens sampled
    afterwards carry the new version (in-flight caches keep the keys already computed).
@@ -192,27 +195,37 @@ class Engine:
         seqs = sorted(self._running.values(), key=lambda s: s.cache.slot)
         if not seqs:
             return []
-        ids = [t for s in seqs for t in s.pending]
-        lens = [len(s.pending) for s in seqs]
-        ends = torch.tensor(lens).cumsum(0) - 1
-        sampling = [i for i, s in enumerate(seqs) if s.finish is None]
+        # Requests admitted together with the same prompt (a GRPO group's copies) prefill it
+        # once: followers get the leader's keys, routing and first logits.
+        leader_of = self._shared_prompts(seqs)
+        fed = [i for i in range(len(seqs)) if i not in leader_of]
+        lens = [len(seqs[i].pending) for i in fed]
+        ends = (torch.tensor(lens).cumsum(0) - 1).tolist()
+        logits_fed = [j for j, i in enumerate(fed) if seqs[i].finish is None]
         out = self.model(
-            torch.tensor(ids, device=self.config.device),
+            torch.tensor([t for i in fed for t in seqs[i].pending], device=self.config.device),
             seq_lens=lens,
-            caches=[s.cache for s in seqs],
+            caches=[seqs[i].cache for i in fed],
             return_routing=True,
-            logits_rows=ends[sampling].to(self.config.device),
+            logits_rows=torch.tensor([ends[j] for j in logits_fed], dtype=torch.int64, device=self.config.device),
         )
         routing_TLK = out.routing.cpu()
+        starts = [end - n + 1 for end, n in zip(ends, lens)]
+        position = {i: j for j, i in enumerate(fed)}
+        for follower, leader in leader_of.items():
+            self._kv.copy_prefix(seqs[leader].cache, seqs[follower].cache)
+        sampling = [i for i, s in enumerate(seqs) if s.finish is None]
+        logits_row = {fed[j]: row for row, j in enumerate(logits_fed)}
+        rows_R = [logits_row[leader_of.get(i, i)] for i in sampling]
+        logits_RV = out.logits if rows_R == list(range(len(logits_fed))) else out.logits[rows_R]
+        chosen = self._choose(seqs, sampling, logits_RV)
+        tokens_R = torch.tensor([chosen[i] for i in sampling], device=logits_RV.device, dtype=torch.int64)
+        logprobs_R = raw_logprobs(logits_RV, tokens_R).tolist() if sampling else []
+        logprob_of = dict(zip(sampling, logprobs_R))
         events: list[TokenEvent | GenerationResult] = []
-        row_of = {seq_index: row for row, seq_index in enumerate(sampling)}
-        chosen = self._choose(seqs, sampling, out.logits)
-        tokens_R = torch.tensor([chosen[i] for i in sampling], device=out.logits.device, dtype=torch.int64)
-        logprobs_R = raw_logprobs(out.logits, tokens_R).tolist() if sampling else []
-        start = 0
-        for i, (seq, n) in enumerate(zip(seqs, lens)):
-            rows = routing_TLK[start : start + n]
-            start += n
+        for i, seq in enumerate(seqs):
+            j = position[leader_of.get(i, i)]
+            rows = routing_TLK[starts[j] : starts[j] + lens[j]]
             if seq.prompt_routing is None:
                 seq.prompt_routing = rows
             else:
@@ -221,8 +234,20 @@ class Engine:
                 del self._running[seq.request.request_id]
                 events.append(self._retire(seq, seq.finish))
                 continue
-            events.append(self._record(seq, chosen[i], logprobs_R[row_of[i]]))
+            events.append(self._record(seq, chosen[i], logprob_of[i]))
         return events
+
+    @staticmethod
+    def _shared_prompts(seqs: list[_Sequence]) -> dict[int, int]:
+        """follower index -> leader index, for sequences starting this step with an identical prompt."""
+        leader_of: dict[int, int] = {}
+        first: dict[tuple[int, ...], int] = {}
+        for i, seq in enumerate(seqs):
+            if seq.cache.length == 0 and len(seq.pending) > 1:
+                leader = first.setdefault(tuple(seq.pending), i)
+                if leader != i:
+                    leader_of[i] = leader
+        return leader_of
 
     @staticmethod
     def _choose(seqs: list[_Sequence], sampling: list[int], logits_RV: torch.Tensor) -> dict[int, int]:

@@ -104,6 +104,17 @@ class KVPool:
             self._open[cache.slot] = last
         cache.pool = None
 
+    def copy_prefix(self, source: KVCache, target: KVCache) -> None:
+        """Give an empty `target` the keys and values `source` holds (the same prompt, computed once)."""
+        if source.pool is not self or target.pool is not self:
+            raise ValueError("both caches must be open in this pool")
+        if target.length != 0:
+            raise ValueError(f"the target cache already holds {target.length} positions")
+        n = source.length
+        self.k_LNGSDh[:, target.slot, :, :n] = self.k_LNGSDh[:, source.slot, :, :n]
+        self.v_LNGSDh[:, target.slot, :, :n] = self.v_LNGSDh[:, source.slot, :, :n]
+        target.length = n
+
     def reserve(self, positions: int) -> None:
         """Make room for `positions` in every slot."""
         self._grow(positions=positions)

@@ -93,3 +93,31 @@ def test_stop_token_ends_the_completion_and_is_included(byte_model: MoeForCausal
     assert result.completion_token_ids == reference[: first + 1]
     assert result.finish_reason == "stop"
     assert result.completion_routing.shape[0] == first + 1
+
+
+def test_copies_of_one_prompt_admitted_together_prefill_once_and_sample_as_they_would_alone(byte_model: MoeForCausalLM):
+    def copy(i: int) -> GenerationRequest:
+        return GenerationRequest(request_id=f"c{i}", prompt_token_ids=prompt(5),
+                                 sampling=SamplingParams(temperature=1.0, max_tokens=12, seed=100 + i))
+
+    engine = Engine(byte_model)
+    calls: list[int] = []
+    forward = engine.model.forward
+
+    def counting_forward(ids, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(ids.numel())
+        return forward(ids, **kwargs)
+
+    engine.model.forward = counting_forward  # type: ignore[method-assign]
+    group = engine.generate([copy(i) for i in range(4)] + [greedy("other", prompt(6))])
+    assert calls[0] == len(prompt(5)) + len(prompt(6))  # the shared prompt went through the model once
+    for i in range(4):
+        alone = Engine(byte_model).generate([copy(i)])[f"c{i}"]
+        got = group[f"c{i}"]
+        assert got.completion_token_ids == alone.completion_token_ids
+        assert (got.logprobs - alone.logprobs).abs().max().item() < 1e-5
+        assert torch.equal(got.prompt_routing, alone.prompt_routing)
+        _, logprobs, routing = full_forward(byte_model, got)
+        assert (logprobs - got.logprobs).abs().max().item() < 1e-5
+        assert torch.equal(routing, torch.cat([got.prompt_routing, got.completion_routing]))
+    assert len({tuple(group[f"c{i}"].completion_token_ids) for i in range(4)}) > 1  # each copy drew its own sample
