@@ -6,6 +6,7 @@
 """
 
 from .errors import SpoolFormatError, TapTimeoutError, TransportError
+from .heap import reuse_heap_memory
 from .receiver import ReceivedBatch, Receiver, ReceiverConfig
 from .receiver_spool import ReceiverSpool
 from .service import ReceiverService
@@ -22,4 +23,5 @@ __all__ = [
     "TapTimeoutError",
     "TransportError",
     "read_spool_file",
+    "reuse_heap_memory",
 ]

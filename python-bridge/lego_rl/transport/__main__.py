@@ -2,13 +2,17 @@
 
 Options a test or an operator needs: --credits (window per sender), --tap
 (publish accepted batches for notebooks), --consume-delay-ms (simulate a slow
-trainer), --max-batches (exit after that many accepted batches).
+trainer), --max-batches (exit after that many accepted batches),
+--handover consumer (ack on the consumer's commit, no batch files) with
+--consumer-log FILE (a stand-in for the trainer's durable queue: one fsynced
+JSON line per committed batch with its trajectory ids).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import signal
 import sys
@@ -16,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .heap import reuse_heap_memory
 from .receiver import Receiver, ReceiverConfig, shares_frame
 
 
@@ -24,7 +29,27 @@ def _print(event: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def _committed_ids(consumer_log: str | None) -> set[str]:
+    """Batch ids already in the consumer log (complete lines only: a cut-short last line was never committed)."""
+    if consumer_log is None or not Path(consumer_log).exists():
+        return set()
+    ids = set()
+    for line in Path(consumer_log).read_text().splitlines():
+        try:
+            ids.add(json.loads(line)["batch_id"])
+        except (ValueError, KeyError):
+            continue
+    return ids
+
+
 def receive(args: argparse.Namespace) -> int:
+    if not args.no_tune_malloc:
+        reuse_heap_memory()
+    if args.consumer_log and args.handover != "consumer":
+        raise SystemExit("--consumer-log goes with --handover consumer")
+    log = open(args.consumer_log, "a") if args.consumer_log else None
+    if log is not None and log.tell() > 0 and not Path(args.consumer_log).read_bytes().endswith(b"\n"):
+        log.write("\n")  # a line cut short by a crash stays unreadable instead of joining the next one
     config = ReceiverConfig(
         bind=args.bind,
         spool_dir=Path(args.spool),
@@ -33,6 +58,8 @@ def receive(args: argparse.Namespace) -> int:
         max_batch_bytes=args.max_batch_bytes,
         tap=args.tap,
         release_consumed=args.release_consumed,
+        handover=args.handover,
+        committed_ids=_committed_ids(args.consumer_log),
         on_event=None if args.quiet else _print,
     )
     receiver = Receiver(config)
@@ -47,12 +74,14 @@ def receive(args: argparse.Namespace) -> int:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     _print({"type": "listening", "address": receiver.address, "spool": str(config.spool_dir), "held": len(receiver.spool), "cpu_s": usage.ru_utime + usage.ru_stime})
     accepted = 0
+    last = None
     try:
         while not stopping:
             batch = receiver.receive(timeout_s=0.2)
             if batch is None:
                 continue
             accepted += 1
+            last = batch
             if args.report:
                 _print(
                     {
@@ -64,13 +93,24 @@ def receive(args: argparse.Namespace) -> int:
                 )
             if args.consume_delay_ms:
                 time.sleep(args.consume_delay_ms / 1000)  # a deliberately slow consumer, not synchronisation
+            if log is not None:
+                # The trainer's durable queue, then the commit that acks the batch.
+                ids = batch.batch.column("trajectory_id").to_pylist()
+                log.write(json.dumps({"batch_id": batch.header.batch_id, "trajectory_ids": ids}) + "\n")
+                log.flush()
+                os.fsync(log.fileno())
+                receiver.commit(batch)
             if args.max_batches and accepted >= args.max_batches:
                 break
+        if last is not None:
+            receiver.commit(last)  # a clean stop: the last batch was consumed too (a no-op if committed)
     finally:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         peak_rss = usage.ru_maxrss * 1024  # Linux reports KiB
         _print({"type": "stopped", "stats": receiver.stats, "peak_rss": peak_rss, "cpu_s": usage.ru_utime + usage.ru_stime})
         receiver.close()
+        if log is not None:
+            log.close()
     return 0
 
 
@@ -88,6 +128,15 @@ def main(argv: list[str] | None = None) -> int:
     rx.add_argument("--max-batches", type=int, default=0)
     rx.add_argument(
         "--release-consumed", action="store_true", help="recycle each batch file once consumed (the trainer holds the data)"
+    )
+    rx.add_argument(
+        "--handover", choices=["spool", "consumer"], default="spool",
+        help="ack once the batch is in this receiver's spool (default), or once the consumer commits it",
+    )
+    rx.add_argument("--consumer-log", default=None, help="with --handover consumer: fsynced JSON lines of committed batches")
+    rx.add_argument(
+        "--no-tune-malloc", action="store_true",
+        help="keep glibc's default heap thresholds (see lego_rl/transport/heap.py; the default reuses heap pages for batches)",
     )
     rx.add_argument("--report", action="store_true", help="print latency and zero-copy of each batch (benchmark)")
     rx.add_argument("--quiet", action="store_true", help="do not print accepted/duplicate events")

@@ -9,20 +9,28 @@ Design (docs/transport.md):
 2. Each batch is validated by `decode_batch` (schema version, columns, lengths
    of tokens / logprobs / mask / routing). A bad one goes to the quarantine
    folder with its reason and is acked `quarantined`; the receiver keeps going.
-3. A good batch is written to the receiver spool (fsync + rename) *before* the
-   Ack: that is the durable hand-over that lets the sender delete its copy.
-   Batch ids already in the spool index are acked `duplicate` and not yielded
+3. The Ack goes out only after a durable hand-over, which lets the sender
+   delete its copy. `handover="spool"` (default): the batch is written to the
+   receiver spool (fsync + rename) before it is yielded and acked.
+   `handover="consumer"`: nothing is written but one line; the batch is acked
+   when the consumer commits it (`commit()`, or by asking for the next batch),
+   after its id is appended (fsynced) to accepted.log. Until then the sender
+   keeps it spooled and resends it after any crash.
+   Batch ids already in the index are acked `duplicate` and not yielded
    again, so redelivery after any crash is idempotent.
 4. Decoding is zero-copy: the Arrow columns are views over the ZeroMQ frame.
+5. `publish_weight_version` announces the trainer's policy version to every
+   sender that said hello, and to each later one on its hello, so rollout
+   workers can enforce their staleness bound (`Sender.waitForPolicyVersion`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import zmq
@@ -36,6 +44,7 @@ from lego_rl.schema import (
     Error,
     Heartbeat,
     SchemaError,
+    WeightVersion,
     decode_batch,
     decode_control,
     encode_control,
@@ -44,6 +53,7 @@ from lego_rl.schema import (
 from .receiver_spool import ReceiverSpool
 
 EventSink = Callable[[dict[str, Any]], None]
+Handover = Literal["spool", "consumer"]
 
 
 @dataclass(kw_only=True, slots=True)
@@ -62,6 +72,16 @@ class ReceiverConfig:
     """Largest payload accepted; larger ones are quarantined."""
     tap: str | None = None
     """If set, accepted batches are also published (best effort) on a PUB socket bound here."""
+    handover: Handover = "spool"
+    """What the Ack waits for. "spool": the batch is in this receiver's spool (fsync + rename),
+    so the spool is the trainer's durable queue. "consumer": the consumer committed it
+    (`Receiver.commit`, or asking for the next batch); no batch file is written, the
+    sender keeps its copy until then, and a receiver crash makes the sender resend
+    what was not committed. See docs/transport.md, "Hand-over modes"."""
+    committed_ids: Collection[str] = ()
+    """Consumer mode: batch ids the consumer already holds durably (read back from its own
+    queue or checkpoint at start). They are acked `duplicate`; this closes the window between
+    the consumer's own commit and the receiver's accepted.log line."""
     release_consumed: bool = False
     """Delete (recycle) a batch's spool file once the consumer asks for the next one.
     Off by default: the spool is then the trainer's durable queue and notebooks can read it."""
@@ -75,7 +95,8 @@ class ReceivedBatch:
 
     header: BatchHeader
     decoded: DecodedBatch
-    path: Path
+    path: Path | None
+    """Its file in the receiver spool; None with `handover="consumer"` (no file is written)."""
     frame: Any = field(repr=False)
 
     @property
@@ -108,6 +129,11 @@ def shares_frame(received: ReceivedBatch) -> bool:
     return True
 
 
+MAX_PEERS = 4096
+"""Sender connections remembered for WeightVersion announcements; the oldest hello is forgotten first
+(a reconnecting sender gets a new identity, and ROUTER drops messages to one that is gone)."""
+
+
 class _Rejected(Exception):
     def __init__(self, code: str, reason: str) -> None:
         super().__init__(reason)
@@ -132,10 +158,21 @@ class Receiver:
             self._tap.setsockopt(zmq.SNDHWM, 4)
             self._tap.bind(config.tap)
         _warm_up()
-        self._owed: bytes | None = None  # the peer whose credit comes back on the next receive()
-        self._consumed: Path | None = None  # the batch the consumer holds until the next receive()
+        if config.handover not in ("spool", "consumer"):
+            raise ValueError(f"handover must be 'spool' or 'consumer', not {config.handover!r}")
+        self._consumer_handover = config.handover == "consumer"
+        self._committed = frozenset(config.committed_ids)
+        # The batch the consumer holds until it commits it or asks for the next one, and
+        # the peer (connection) it came on. Frames are read only inside receive(), after
+        # the held batch is committed, so a copy resent on a newer connection finds its
+        # id in the index and is acked `duplicate` there.
+        self._held: ReceivedBatch | None = None
+        self._held_peer = b""
+        self._peers: dict[bytes, None] = {}  # senders that said hello, oldest first (for announcements)
+        self._weight_version: WeightVersion | None = None
         self.stats: dict[str, int] = {
             "accepted": 0, "duplicates": 0, "quarantined": 0, "hellos": 0, "bytes": 0, "tokens": 0, "trajectories": 0,
+            "committed": 0,
         }
 
     @property
@@ -151,15 +188,11 @@ class Receiver:
     def receive(self, timeout_s: float | None = 1.0) -> ReceivedBatch | None:
         """The next accepted batch, or None when `timeout_s` passes first.
 
-        Calling it again tells the receiver the consumer is done with the
-        previous batch: that returns its credit to the sender.
+        Calling it again commits the previous batch (see `commit`) unless
+        the consumer already did.
         """
-        if self._owed is not None:
-            self._grant(self._owed, 1)
-            self._owed = None
-        if self._consumed is not None:
-            self.spool.release(self._consumed)
-            self._consumed = None
+        if self._held is not None:
+            self.commit(self._held)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             wait_ms = None if deadline is None else max(0, int((deadline - time.monotonic()) * 1000))
@@ -172,7 +205,54 @@ class Receiver:
             if deadline is not None and time.monotonic() >= deadline:
                 return None
 
+    def commit(self, received: ReceivedBatch) -> None:
+        """The consumer is done with `received`: its credit returns to the sender.
+
+        With `handover="consumer"` this is the durable hand-over: the consumer
+        calls it once the batch is safe on its side (e.g. in the trainer's
+        queue or checkpoint); the id is appended (fsynced) to accepted.log and
+        only then is the batch acked, so the sender may delete its copy. A
+        batch never committed is resent after a restart of either side.
+        Committing a batch twice, or one that is not the held batch, does nothing.
+        """
+        if received is not self._held:
+            return
+        self._held = None
+        batch_id = received.header.batch_id
+        if self._consumer_handover:
+            self.spool.record(batch_id)
+            self._send(self._held_peer, Ack(batch_id=batch_id, status="accepted", reason=None))
+            self.stats["committed"] += 1
+            self._emit({"type": "committed", "batch_id": batch_id})
+        self._grant(self._held_peer, 1)
+        if self.config.release_consumed and received.path is not None:
+            self.spool.release(received.path)
+
+    @property
+    def weight_version(self) -> WeightVersion | None:
+        """The latest published policy version (None before the first)."""
+        return self._weight_version
+
+    def publish_weight_version(self, version: WeightVersion) -> int:
+        """Announces `version` to every connected sender, and to each sender that says hello later.
+
+        Versions are monotonic: republishing the current one is allowed (it is
+        sent again), an older one raises ValueError. Call it from the thread
+        that calls `receive` (ZeroMQ sockets are not thread-safe). Returns the
+        number of sender connections it was sent to.
+        """
+        if not isinstance(version, WeightVersion):
+            raise TypeError(f"expected a WeightVersion, got {type(version).__name__}")
+        if self._weight_version is not None and version.version < self._weight_version.version:
+            raise ValueError(f"policy version {version.version} is older than the published {self._weight_version.version}")
+        self._weight_version = version
+        for peer in self._peers:
+            self._send(peer, version)
+        self._emit({"type": "weight_version", "version": version.version, "senders": len(self._peers)})
+        return len(self._peers)
+
     def close(self) -> None:
+        self.spool.close()
         self._socket.close(linger=0)
         if self._tap is not None:
             self._tap.close(linger=0)
@@ -210,6 +290,12 @@ class Receiver:
             # A (re)connected sender has forgotten its credits: give it a full window.
             self.stats["hellos"] += 1
             self._grant(peer, self.config.credits)
+            self._peers.pop(peer, None)
+            self._peers[peer] = None
+            while len(self._peers) > MAX_PEERS:
+                del self._peers[next(iter(self._peers))]
+            if self._weight_version is not None:
+                self._send(peer, self._weight_version)
             return
         self._send(peer, Error(code="unexpected_message", message=f"a receiver does not handle {type(message).__name__}", batch_id=None))
 
@@ -224,7 +310,7 @@ class Receiver:
             self._quarantine(peer, [header_frame, payload_frame], None, "bad_header", f"first frame is a {type(header).__name__}, not a BatchHeader")
             self._grant(peer, 1)
             return None
-        if self.spool.holds(header.batch_id):
+        if self.spool.holds(header.batch_id) or header.batch_id in self._committed:
             self.stats["duplicates"] += 1
             self._send(peer, Ack(batch_id=header.batch_id, status="duplicate", reason=None))
             self._grant(peer, 1)
@@ -237,11 +323,10 @@ class Receiver:
             self._send(peer, Ack(batch_id=header.batch_id, status="quarantined", reason=f"{rejected.code}: {rejected.reason}"))
             self._grant(peer, 1)
             return None
-        path = self.spool.accept(header, header_frame.buffer, payload_frame.buffer)
-        self._send(peer, Ack(batch_id=header.batch_id, status="accepted", reason=None))
-        self._owed = peer
-        if self.config.release_consumed:
-            self._consumed = path
+        path: Path | None = None
+        if not self._consumer_handover:
+            path = self.spool.accept(header, header_frame.buffer, payload_frame.buffer)
+            self._send(peer, Ack(batch_id=header.batch_id, status="accepted", reason=None))
         self.stats["accepted"] += 1
         self.stats["bytes"] += header.payload_bytes
         self.stats["tokens"] += header.num_tokens
@@ -251,8 +336,13 @@ class Receiver:
                 self._tap.send_multipart([header_frame, payload_frame], copy=False, flags=zmq.NOBLOCK)
             except zmq.Again:
                 pass  # a tap is best effort: a slow notebook must never slow training
-        self._emit({"type": "accepted", "batch_id": header.batch_id, "num_trajectories": header.num_trajectories, "path": str(path)})
-        return ReceivedBatch(header=header, decoded=decoded, path=path, frame=payload_frame)
+        self._emit({
+            "type": "accepted", "batch_id": header.batch_id, "num_trajectories": header.num_trajectories,
+            "path": None if path is None else str(path),
+        })
+        self._held = ReceivedBatch(header=header, decoded=decoded, path=path, frame=payload_frame)
+        self._held_peer = peer
+        return self._held
 
     def _validate(self, header: BatchHeader, payload_frame: Any) -> DecodedBatch:
         size = len(payload_frame.buffer)

@@ -19,6 +19,7 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import TextIO
 
 from lego_rl.schema import BatchHeader
 
@@ -50,6 +51,7 @@ class ReceiverSpool:
         for stale in self.batches.glob("*.tmp-*"):  # a write that never reached its rename
             stale.unlink(missing_ok=True)
         self._ids: set[str] = set()
+        self._log: TextIO | None = None  # accepted.log, opened on the first append
         if self.index_path.exists():
             self._ids.update(line for line in self.index_path.read_text().splitlines() if line)
         self._names = {p.name[: -len(SUFFIX)] for p in self.batches.glob(f"*{SUFFIX}")}
@@ -66,12 +68,28 @@ class ReceiverSpool:
         path = self.batches / f"{name}{SUFFIX}"
         write_durably(path, [spool_prefix(header_bytes), payload], reuse=self._free.pop() if self._free else None)
         self._names.add(name)
-        with open(self.index_path, "a") as log:
-            log.write(header.batch_id + "\n")
-            log.flush()
-            os.fsync(log.fileno())
-        self._ids.add(header.batch_id)
+        self.record(header.batch_id)
         return path
+
+    def record(self, *batch_ids: str) -> None:
+        """Appends ids to the dedup index with one fsync for all of them (group commit).
+
+        The consumer hand-over (`ReceiverConfig.handover="consumer"`) stores no
+        batch file: this line is all the receiver keeps of a committed batch.
+        """
+        if self._log is None:
+            self._log = open(self.index_path, "a")
+            if self._log.tell() > 0 and not self.index_path.read_bytes().endswith(b"\n"):
+                self._log.write("\n")  # a line cut short by a crash (never acked) must not run into the next id
+        self._log.write("".join(f"{batch_id}\n" for batch_id in batch_ids))
+        self._log.flush()
+        os.fsync(self._log.fileno())
+        self._ids.update(batch_ids)
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     def release(self, path: Path) -> None:
         """The consumer is done with an accepted batch: its file leaves batches/ (its id stays in the index)."""

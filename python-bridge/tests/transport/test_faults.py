@@ -6,6 +6,7 @@ every id sent is there and none is there twice.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -37,6 +38,47 @@ def test_receiver_killed_mid_stream_and_restarted_delivers_every_trajectory_exac
     assert Counter(spool_trajectory_ids(rx_spool)) == _expected("a", 120)
     assert done["stats"]["spooled"] == 60
     assert list(tx_spool.glob("*.lgrb")) == []
+
+
+def _consumer_log_ids(path: Path) -> list[str]:
+    """Trajectory ids in a consumer log, with repeats; a line cut short by SIGKILL was never committed."""
+    ids: list[str] = []
+    for line in path.read_text().splitlines():
+        try:
+            ids.extend(json.loads(line)["trajectory_ids"])
+        except (ValueError, KeyError):
+            continue
+    return ids
+
+
+def test_with_the_consumer_handover_a_receiver_killed_mid_stream_and_restarted_delivers_every_trajectory_exactly_once(
+    short_dir: Path, address: str
+) -> None:
+    rx_spool, tx_spool, queue = short_dir / "rx", short_dir / "tx", short_dir / "trainer-queue.jsonl"
+    handover = ("--handover", "consumer", "--consumer-log", str(queue))
+    # A consumer that takes 300 ms per batch: the kill lands while it holds one, uncommitted.
+    first = start_receiver(address, rx_spool, short_dir, *handover, "--consume-delay-ms", "300")
+    sender = start_sender(address, tx_spool, short_dir, "--count", "120", "--per-batch", "2", "--id-prefix", "k")
+    try:
+        first.wait_for(lambda e: e["type"] == "accepted" and first.count("accepted") >= 4)
+        first.kill()
+        second = start_receiver(address, rx_spool, short_dir, *handover)
+        done = sender.wait_for(lambda e: e["type"] == "done", timeout_s=90)
+        second.stop()
+    finally:
+        sender.kill()
+        first.kill()
+    assert sender.proc.returncode == 0
+    assert second.count("committed") > 0, "the restarted receiver must have taken part of the stream"
+    # The kill landed while the first receiver's consumer held a batch it had not committed:
+    # the sender kept it and the second receiver got it again.
+    held = [e["batch_id"] for e in first.events if e["type"] == "accepted"][-1]
+    assert held not in {e["batch_id"] for e in first.events if e["type"] == "committed"}
+    assert held in {e["batch_id"] for e in second.events if e["type"] == "accepted"}
+    assert Counter(_consumer_log_ids(queue)) == _expected("k", 120)
+    assert done["stats"]["spooled"] == 60
+    assert list(tx_spool.glob("*.lgrb")) == [], "every batch was acked, after its commit"
+    assert list((rx_spool / "batches").glob("*.lgrb")) == [], "the consumer hand-over writes no batch files"
 
 
 def test_sender_killed_after_spooling_resends_what_was_not_acked_on_restart(short_dir: Path, address: str) -> None:

@@ -18,6 +18,7 @@ import zmq
 
 from lego_rl.schema import Ack, Credit, Error, decode_control, encode_control
 from lego_rl.transport import Receiver, ReceiverConfig
+from lego_rl.transport.receiver import shares_frame
 
 from .batches import golden_rows, header, hello, inconsistent_rows, payload
 
@@ -219,3 +220,118 @@ def test_with_release_consumed_a_batch_file_is_recycled_once_the_consumer_asks_f
         assert list((spool / "free").iterdir()) == [], "the freed file was written over"
     finally:
         receiver.close()
+
+
+# ------------------------------------------------------- consumer hand-over
+
+
+@pytest.fixture
+def consumer_receiver(address: str, spool: Path) -> Iterator[Receiver]:
+    rx = Receiver(ReceiverConfig(bind=address, spool_dir=spool, credits=3, handover="consumer"))
+    yield rx
+    rx.close()
+
+
+def _dealer(address: str) -> zmq.Socket[Any]:
+    socket = zmq.Context.instance().socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.connect(address)
+    return socket
+
+
+def _accepted_log(spool: Path) -> list[str]:
+    return (spool / "accepted.log").read_text().splitlines() if (spool / "accepted.log").exists() else []
+
+
+def test_with_the_consumer_handover_a_batch_is_acked_only_when_the_consumer_commits_it_and_no_file_is_written(
+    consumer_receiver: Receiver, dealer: zmq.Socket[Any], spool: Path
+) -> None:
+    data = payload()
+    dealer.send_multipart([header("cm-1", data), data])
+    received = consumer_receiver.receive(timeout_s=5)
+    assert received is not None and received.header.batch_id == "cm-1"
+    assert received.path is None
+    assert shares_frame(received), "the consumer hand-over keeps the zero-copy views"
+    assert no_reply(dealer), "no ack before the consumer commits"
+    assert _accepted_log(spool) == []
+    consumer_receiver.commit(received)
+    assert _accepted_log(spool) == ["cm-1"], "the id is durable before the ack goes out"
+    assert reply(dealer) == Ack(batch_id="cm-1", status="accepted", reason=None)
+    assert isinstance(reply(dealer), Credit)
+    consumer_receiver.commit(received)  # twice: nothing more
+    assert no_reply(dealer)
+    assert list((spool / "batches").iterdir()) == []
+
+
+def test_with_the_consumer_handover_asking_for_the_next_batch_commits_the_previous_one(
+    consumer_receiver: Receiver, dealer: zmq.Socket[Any], spool: Path
+) -> None:
+    data = payload()
+    dealer.send_multipart([header("cm-2", data), data])
+    assert consumer_receiver.receive(timeout_s=5) is not None
+    assert no_reply(dealer)
+    assert replies_until(consumer_receiver, dealer, Ack(batch_id="cm-2", status="accepted", reason=None)) == [
+        Ack(batch_id="cm-2", status="accepted", reason=None)
+    ]
+    assert isinstance(reply(dealer), Credit)
+    assert _accepted_log(spool) == ["cm-2"]
+
+
+def test_with_the_consumer_handover_an_uncommitted_batch_comes_again_after_a_restart_and_a_committed_one_does_not(
+    consumer_receiver: Receiver, dealer: zmq.Socket[Any], address: str, spool: Path
+) -> None:
+    data = payload()
+    dealer.send_multipart([header("done-1", data), data])
+    consumer_receiver.commit(consumer_receiver.receive(timeout_s=5))  # type: ignore[arg-type]
+    assert reply(dealer).status == "accepted"
+    dealer.send_multipart([header("held-1", data), data])
+    assert consumer_receiver.receive(timeout_s=5) is not None
+    consumer_receiver.close()  # dies holding held-1, never committed
+    restarted = Receiver(ReceiverConfig(bind=address, spool_dir=spool, handover="consumer"))
+    again = _dealer(address)
+    try:
+        again.send_multipart([header("done-1", data), data])
+        replies_until(restarted, again, Ack(batch_id="done-1", status="duplicate", reason=None))
+        again.send_multipart([header("held-1", data), data])
+        resent = restarted.receive(timeout_s=5)
+        assert resent is not None and resent.header.batch_id == "held-1"
+        restarted.commit(resent)
+        replies_until(restarted, again, Ack(batch_id="held-1", status="accepted", reason=None))
+        assert _accepted_log(spool) == ["done-1", "held-1"]
+    finally:
+        again.close(linger=0)
+        restarted.close()
+
+
+def test_with_the_consumer_handover_a_held_batch_resent_on_a_new_connection_is_not_yielded_twice(
+    consumer_receiver: Receiver, dealer: zmq.Socket[Any], address: str
+) -> None:
+    data = payload()
+    dealer.send_multipart([header("re-1", data), data])
+    assert consumer_receiver.receive(timeout_s=5) is not None
+    # While the consumer holds it, the sender reconnects and resends what was in flight.
+    newer = _dealer(address)
+    try:
+        newer.send_multipart([header("re-1", data), data])
+        pump(consumer_receiver, newer)  # commits re-1 first; fails if re-1 were yielded again
+        assert reply(dealer) == Ack(batch_id="re-1", status="accepted", reason=None)
+        assert replies_until(consumer_receiver, newer, Ack(batch_id="re-1", status="duplicate", reason=None))
+    finally:
+        newer.close(linger=0)
+
+
+def test_with_the_consumer_handover_ids_the_consumer_already_holds_are_duplicates(
+    address: str, spool: Path, dealer: zmq.Socket[Any]
+) -> None:
+    receiver = Receiver(ReceiverConfig(bind=address, spool_dir=spool, handover="consumer", committed_ids={"known-1"}))
+    try:
+        data = payload()
+        dealer.send_multipart([header("known-1", data), data])
+        replies_until(receiver, dealer, Ack(batch_id="known-1", status="duplicate", reason=None))
+    finally:
+        receiver.close()
+
+
+def test_an_unknown_handover_mode_is_refused(address: str, spool: Path) -> None:
+    with pytest.raises(ValueError, match="handover"):
+        Receiver(ReceiverConfig(bind=address, spool_dir=spool, handover="disk"))  # type: ignore[arg-type]

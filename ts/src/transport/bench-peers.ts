@@ -8,14 +8,6 @@ import { TransportTimeoutError } from "./errors.ts";
 
 export const PYTHON = join(REPO_ROOT, ".venv/bin/python");
 
-/**
- * glibc maps every allocation over its (dynamic) mmap threshold fresh and trims
- * freed heap tops; on this VM a first touch of fresh pages runs at ~0.2-0.5 GB/s
- * against ~12 GB/s for reused memory. A fixed 32 MiB threshold and a high trim
- * threshold keep ZeroMQ's per-message buffers (<= 16 MiB batches) on reused pages.
- */
-export const REUSE_MALLOC_ENV = { MALLOC_MMAP_THRESHOLD_: String(32 * 1024 * 1024), MALLOC_TRIM_THRESHOLD_: String(1024 * 1024 * 1024) };
-
 export type JsonEvent = Record<string, unknown>;
 
 /** A child process whose stdout is one JSON object per line. */

@@ -106,7 +106,7 @@ describe("Sender", () => {
     const { peer } = await next();
     await reply(peer, new Uint8Array([0xc1, 0x00]));
     await router.send([peer, Buffer.from("a"), Buffer.from("b")]);
-    await reply(peer, { kind: "weight_version", version: 3, published_at_ms: 1, checkpoint_path: null });
+    await reply(peer, { kind: "heartbeat", sender_id: "rx", role: "receiver", sent_at_ms: 1 }); // a kind a sender does not expect
     await reply(peer, credit(1));
     await next();
     await reply(peer, ack(header!.batch_id));
@@ -159,6 +159,35 @@ describe("Sender", () => {
       message = await next();
     }
     expect(decodeControl(message.frames[0]!)).toEqual(headers[0]);
+  });
+});
+
+describe("policy version", () => {
+  const announce = (version: number): ControlMessage =>
+    ({ kind: "weight_version", version, published_at_ms: 1_700_000_000_000 + version, checkpoint_path: `/ckpt/v${version}` });
+
+  it("exposes the newest version the receiver announces and wakes a worker waiting for it", async () => {
+    const events: string[] = [];
+    const sender = open({ onEvent: (e) => { if (e.type === "weight_version") events.push(`v${e.version}`); } });
+    expect(sender.policyVersion).toBeNull();
+    const hello = await next();
+    const waiting = sender.waitForPolicyVersion(3, 5_000);
+    await reply(hello.peer, announce(2));
+    await reply(hello.peer, announce(3));
+    await expect(waiting).resolves.toMatchObject({ kind: "weight_version", version: 3, checkpoint_path: "/ckpt/v3" });
+    expect(sender.policyVersion?.version).toBe(3);
+    // An older announcement (e.g. repeated on a reconnection) never moves it back.
+    await reply(hello.peer, announce(1));
+    await expect(sender.waitForPolicyVersion(2, 1_000)).resolves.toMatchObject({ version: 3 });
+    expect(events).toEqual(["v2", "v3"]);
+    expect(sender.stats().badFrames).toBe(0);
+  });
+
+  it("times out naming the version it waited for", async () => {
+    const sender = open();
+    const hello = await next();
+    await reply(hello.peer, announce(1));
+    await expect(sender.waitForPolicyVersion(5, 200)).rejects.toThrow(/policy version 5 .* \(version 1 so far\)/);
   });
 });
 

@@ -13,10 +13,17 @@
  *    from the spool when its turn comes) plus in-flight batches, which the
  *    receiver's credit window bounds; `send` waits once `maxUnackedBatches`
  *    batches are unacknowledged, so a slow receiver slows the producer down.
+ *
+ * The receiver also tells its senders which policy version the trainer has
+ * published (`WeightVersion`, on publication and on every hello):
+ * `policyVersion` / `waitForPolicyVersion` let a rollout worker enforce its
+ * staleness bound.
  */
 import { randomBytes } from "node:crypto";
 import { Dealer } from "zeromq";
-import { decodeControl, encodeControl, type BatchHeader, type ControlMessage, type RoutingShape, type Trajectory } from "../schema/index.ts";
+import {
+  decodeControl, encodeControl, type BatchHeader, type ControlMessage, type RoutingShape, type Trajectory, type WeightVersion,
+} from "../schema/index.ts";
 import { DEFAULT_MAX_BATCH_BYTES, encodeTrajectoryBatch, planBatches } from "./batcher.ts";
 import { SenderClosedError, TransportTimeoutError } from "./errors.ts";
 import { PayloadPool, ScratchArena } from "./ipc-frame.ts";
@@ -48,7 +55,8 @@ export type SenderEvent =
   | { type: "credit"; credits: number }
   | { type: "acked"; batch_id: string; status: string; reason: string | null }
   | { type: "bad_frame"; detail: string }
-  | { type: "receiver_error"; code: string; message: string; batch_id: string | null };
+  | { type: "receiver_error"; code: string; message: string; batch_id: string | null }
+  | { type: "weight_version"; version: number; published_at_ms: number; checkpoint_path: string | null };
 
 export interface SenderStats {
   spooled: number;
@@ -88,6 +96,7 @@ export class Sender {
   private readonly highWater: number;
   private readonly maxBatchBytes: number;
   private seq: number;
+  private latestPolicy: WeightVersion | null = null;
   private connected = false;
   private helloDue = false;
   private pumping = false;
@@ -127,6 +136,27 @@ export class Sender {
   /** Batches spooled but not yet acknowledged (resent after a restart). */
   get unacked(): number {
     return this.queue.length + this.inFlight.size;
+  }
+
+  /** The newest policy version the receiver announced (null until one arrives). */
+  get policyVersion(): WeightVersion | null {
+    return this.latestPolicy;
+  }
+
+  /**
+   * Resolves with the announced policy once its version is at least `minVersion`
+   * (at once if it already is): a rollout worker that may run at most k versions
+   * behind waits here for `version - k` before starting a rollout.
+   */
+  async waitForPolicyVersion(minVersion: number, timeoutMs?: number): Promise<WeightVersion> {
+    try {
+      await this.waitFor(() => (this.latestPolicy?.version ?? -Infinity) >= minVersion, timeoutMs);
+    } catch (error) {
+      if (!(error instanceof TransportTimeoutError)) throw error;
+      const seen = this.latestPolicy ? `version ${this.latestPolicy.version}` : "no version";
+      throw new TransportTimeoutError(`sender ${this.config.producerId}: policy version ${minVersion} not announced by ${this.config.address} within ${timeoutMs} ms (${seen} so far)`);
+    }
+    return this.latestPolicy!;
   }
 
   stats(): SenderStats {
@@ -272,6 +302,13 @@ export class Sender {
         return;
       case "error":
         this.emit({ type: "receiver_error", code: message.code, message: message.message, batch_id: message.batch_id });
+        return;
+      case "weight_version":
+        // Announced on publication and again on every hello: keep the newest.
+        if (this.latestPolicy !== null && message.version <= this.latestPolicy.version) return;
+        this.latestPolicy = message;
+        this.emit({ type: "weight_version", version: message.version, published_at_ms: message.published_at_ms, checkpoint_path: message.checkpoint_path });
+        this.notify();
         return;
       default:
         this.counters.badFrames += 1;
