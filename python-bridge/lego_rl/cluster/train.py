@@ -20,7 +20,7 @@ from ..trainer.driver import LoopConfig, train
 from ..trainer.sources import BatchSource, ReceiverSource, SpoolFolderSource
 from ..trainer.step import StepConfig
 from ..trainer.toy_task import ToyTask, routing_shape_of
-from ..transport import Receiver, ReceiverConfig
+from ..transport import Receiver, ReceiverConfig, reuse_heap_memory
 from .engine_group import start_engines
 from .runtime import connect
 from .toy_source import ToyRolloutSource
@@ -46,6 +46,9 @@ def main(argv: list[str]) -> int:
     source.add_argument("--toy-steps", type=int, help="train on-policy on the built-in toy task for N steps")
     source.add_argument("--receive", metavar="ADDRESS", help="bind the data-plane receiver here and train on what rollout workers send")
     parser.add_argument("--receiver-spool", type=Path, default=Path("var/receiver"), help="the receiver's durable spool")
+    parser.add_argument("--handover", choices=["spool", "consumer"], default="spool",
+                        help="what a batch's ack waits for: the receiver's spool copy (kept for notebooks) or this "
+                             "trainer's checkpoint (no receiver copy, less CPU; docs/transport.md)")
     parser.add_argument("--ray-address", default=None, help="join this Ray cluster (default: start a local one)")
     parser.add_argument("--engines", type=int, default=1, help="engine replicas for on-policy sampling")
     parser.add_argument("--trainer-ranks", type=int, default=1, help="trainer ranks; experts are sharded across them")
@@ -90,14 +93,17 @@ def main(argv: list[str]) -> int:
         batches: BatchSource = ToyRolloutSource(engines=engines, task=_toy_task(moe.vocab_size),
                                                 shape=routing_shape_of(moe), steps=args.toy_steps, rewards=rewards)
     elif args.receive:
-        receiver = Receiver(ReceiverConfig(bind=args.receive, spool_dir=args.receiver_spool))
+        reuse_heap_memory()
+        receiver = Receiver(ReceiverConfig(bind=args.receive, spool_dir=args.receiver_spool, handover=args.handover))
         print(f"trainer: receiving on {receiver.address}", file=sys.stderr, flush=True)
         batches = ReceiverSource(receiver=receiver)
     else:
         batches = SpoolFolderSource(folder=args.spool)
     log = open(args.log, "a", encoding="utf-8") if args.log else sys.stdout
     try:
-        position = train(batches, policy, LoopConfig(checkpoint_dir=args.checkpoints, max_steps=args.max_steps, max_staleness=args.max_staleness), log=log)
+        loop = LoopConfig(checkpoint_dir=args.checkpoints, max_steps=args.max_steps, max_staleness=args.max_staleness)
+        announce = batches.announce if isinstance(batches, ReceiverSource) else None
+        position = train(batches, policy, loop, log=log, announce=announce)
     finally:
         if log is not sys.stdout:
             log.close()

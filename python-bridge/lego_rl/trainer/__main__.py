@@ -27,6 +27,9 @@ def main(argv: list[str]) -> int:
     source.add_argument("--spool", type=Path, help="folder of Trajectory .arrow batches")
     source.add_argument("--receive", metavar="ADDRESS", help="bind the data-plane receiver here, e.g. tcp://127.0.0.1:5555")
     parser.add_argument("--receiver-spool", type=Path, default=Path("var/receiver"), help="the receiver's durable spool")
+    parser.add_argument("--handover", choices=["spool", "consumer"], default="spool",
+                        help="what a batch's ack waits for: the receiver's spool copy (kept for notebooks) or this "
+                             "trainer's checkpoint (no receiver copy, less CPU; docs/transport.md)")
     parser.add_argument("--checkpoints", type=Path, required=True, help="checkpoint folder; training resumes from it")
     parser.add_argument("--max-steps", type=int, default=None)
     parser.add_argument("--max-staleness", type=int, default=None, metavar="VERSIONS",
@@ -46,9 +49,10 @@ def main(argv: list[str]) -> int:
     log = open(args.log, "a", encoding="utf-8") if args.log else sys.stdout
     receiver = None
     if args.receive:
-        from ..transport import Receiver, ReceiverConfig
+        from ..transport import Receiver, ReceiverConfig, reuse_heap_memory
 
-        receiver = Receiver(ReceiverConfig(bind=args.receive, spool_dir=args.receiver_spool))
+        reuse_heap_memory()
+        receiver = Receiver(ReceiverConfig(bind=args.receive, spool_dir=args.receiver_spool, handover=args.handover))
         batches = ReceiverSource(receiver=receiver)
         print(f"trainer: receiving on {receiver.address}", file=sys.stderr, flush=True)
     else:
@@ -59,6 +63,7 @@ def main(argv: list[str]) -> int:
             policy,
             LoopConfig(checkpoint_dir=args.checkpoints, max_steps=args.max_steps, max_staleness=args.max_staleness),
             log=log,
+            announce=batches.announce if isinstance(batches, ReceiverSource) else None,
         )
     finally:
         if log is not sys.stdout:

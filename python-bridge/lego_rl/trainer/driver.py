@@ -126,9 +126,17 @@ def train(
     config: LoopConfig,
     *,
     log: TextIO | None = None,
+    announce: Callable[[int], None] | None = None,
 ) -> TrainerPosition:
+    """Train on `source` until it ends or `config.max_steps`.
+
+    `announce(version)` runs at start and after every published version, on this thread:
+    e.g. `ReceiverSource.announce`, which tells rollout workers the trainer's version.
+    """
     store = CheckpointStore(root=config.checkpoint_dir)
     position = policy.resume(store)
+    if announce is not None:
+        announce(position.policy_version)
     trained = set(position.consumed_batch_ids)
     for batch in source:
         if batch.batch_id in trained:
@@ -150,6 +158,8 @@ def train(
         batch.done()
         if advantages.trajectory_ids:
             policy.publish(position.policy_version)
+            if announce is not None:
+                announce(position.policy_version)
         metrics["time/step_s"] = time.perf_counter() - started
         if log is not None:
             log.write(json.dumps({"step": position.step, "batch_id": batch.batch_id,

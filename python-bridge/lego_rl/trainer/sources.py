@@ -8,13 +8,14 @@ update it made from the batch is checkpointed, so a source may then forget it
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 import pyarrow as pa
 
-from ..schema import DecodedBatch, SchemaError, decode_batch
+from ..schema import DecodedBatch, SchemaError, WeightVersion, decode_batch
 
 if TYPE_CHECKING:
     from ..transport import Receiver
@@ -93,4 +94,13 @@ class ReceiverSource:
     def __iter__(self) -> Iterator[TrainingBatch]:
         yield from self._spooled()
         for received in self.receiver:
-            yield TrainingBatch(batch_id=received.header.batch_id, load=lambda r=received: r.decoded, done=lambda: None)
+            # With handover="consumer" the commit is the durable hand-over: the sender may
+            # forget the batch only once the checkpoint holding its update is on disk.
+            yield TrainingBatch(batch_id=received.header.batch_id, load=lambda r=received: r.decoded,
+                                done=lambda r=received: self.receiver.commit(r))
+
+    def announce(self, version: int, checkpoint_path: str | None = None) -> None:
+        """Tell every rollout worker's sender the trainer's policy version (their staleness bound reads it)."""
+        self.receiver.publish_weight_version(
+            WeightVersion(version=version, published_at_ms=time.time() * 1000.0, checkpoint_path=checkpoint_path)
+        )
