@@ -34,6 +34,26 @@ async function serve(handler: Handler): Promise<{ url: string; bodies: Array<Rec
 
 const request: GenerateRequest = { request_id: "r1", prompt_ids: [1, 2, 3], sampling: { temperature: 1, top_p: 1, max_tokens: 16, stop_token_ids: [151645], seed: 7 } };
 
+function int32Base64(values: number[]): string {
+  const b = Buffer.alloc(values.length * 4);
+  values.forEach((v, i) => b.writeInt32LE(v, i * 4));
+  return b.toString("base64");
+}
+
+/** A version-1 .npy image of little-endian int32 values (what numpy.save writes). */
+function npyBase64(values: number[], shape: number[]): string {
+  let header = `{'descr': '<i4', 'fortran_order': False, 'shape': (${shape.join(", ")}), }`;
+  header += " ".repeat(63 - ((10 + header.length) % 64)) + "\n";
+  const head = Buffer.alloc(10);
+  head.write("\x93NUMPY", 0, "latin1");
+  head[6] = 1;
+  head[7] = 0;
+  head.writeUInt16LE(header.length, 8);
+  const data = Buffer.alloc(values.length * 4);
+  values.forEach((v, i) => data.writeInt32LE(v, i * 4));
+  return Buffer.concat([head, Buffer.from(header, "latin1"), data]).toString("base64");
+}
+
 async function collect(engine: EngineClient, signal?: AbortSignal): Promise<GenerateChunk[]> {
   const out: GenerateChunk[] = [];
   for await (const c of engine.generate(request, signal)) out.push(c);
@@ -57,14 +77,56 @@ describe("vLLM client", () => {
     expect(bodies[0]).toMatchObject({ path: "/v1/completions", model: "m", prompt: [1, 2, 3], max_tokens: 16, seed: 7, stop_token_ids: [151645], logprobs: 1, return_tokens_as_token_ids: true, stream: true });
   });
 
-  it("reads routed_experts [gen_len, layers, top_k] and yields one routed chunk", async () => {
-    const { url } = await serve((_b, _req, res) => {
-      res.writeHead(200, { "content-type": "text/event-stream" });
-      res.end(vllmChunk([5], [-1], null) + vllmChunk([6], [-2], "length", { routed_experts: [[[1, 2], [3, 4]], [[5, 6], [7, 8]]] }) + "data: [DONE]\n\n");
+  // vLLM's /v1/completions puts routed_experts only on the non-streaming choice: base64 of the
+  // scheduler's int32 (num_tokens - 1, layers, top_k) = every prompt token and every sampled
+  // token but the last (docs/proxy.md "vLLM routed experts").
+  const vllmRoutedResponse = (routedExperts: unknown, finish = "stop") =>
+    JSON.stringify({
+      id: "cmpl-1",
+      object: "text_completion",
+      created: 0,
+      model: "m",
+      choices: [{ index: 0, text: "hi", logprobs: { text_offset: [0, 2], token_logprobs: [-0.5, -0.25], tokens: ["token_id:9707", "token_id:151645"], top_logprobs: [null, null] }, finish_reason: finish, stop_reason: null, prompt_logprobs: null, routed_experts: routedExperts }],
+      usage: { prompt_tokens: 3, total_tokens: 5, completion_tokens: 2 },
     });
-    const [chunk, ...rest] = await collect(new VllmEngine({ baseUrl: url, model: "m", routing: true }));
-    expect(rest).toEqual([]);
-    expect(chunk).toEqual({ token_ids: [5, 6], logprobs: [-1, -2], routing: Uint8Array.from([1, 2, 3, 4, 5, 6, 7, 8]), policy_version: 0, finish_reason: "length" });
+  // prompt 3 + completion 2 -> 4 rows of layers 1 x top_k 2.
+  const routedRows = [10, 11, 12, 13, 14, 15, 16, 17];
+  const expectedRouted: GenerateChunk = {
+    token_ids: [9707, 151645],
+    logprobs: [-0.5, -0.25],
+    policy_version: 3,
+    finish_reason: "stop",
+    prompt_routing: Uint8Array.from([10, 11, 12, 13, 14, 15]),
+    // The first sampled token's row (fed back as input); the last one was never fed back.
+    routing: Uint8Array.from([16, 17, 0, 0]),
+    routing_recorded: Uint8Array.from([1, 0]),
+  };
+
+  it("with routing, asks for a non-streaming response and splits base64 int32 routed_experts into prompt and completion rows", async () => {
+    const { url, bodies } = await serve((_b, _req, res) => res.writeHead(200, { "content-type": "application/json" }).end(vllmRoutedResponse(int32Base64(routedRows))));
+    const chunks = await collect(new VllmEngine({ baseUrl: url, model: "m", routing: true, policyVersion: () => 3 }));
+    expect(bodies[0]).toMatchObject({ path: "/v1/completions", prompt: [1, 2, 3], logprobs: 1, return_tokens_as_token_ids: true, stream: false });
+    expect(chunks).toEqual([expectedRouted]);
+  });
+
+  it("reads routed_experts sent as a base64 .npy image and as nested arrays", async () => {
+    for (const form of [npyBase64(routedRows, [4, 1, 2]), [[[10, 11]], [[12, 13]], [[14, 15]], [[16, 17]]]]) {
+      const { url } = await serve((_b, _req, res) => res.writeHead(200, { "content-type": "application/json" }).end(vllmRoutedResponse(form)));
+      expect(await collect(new VllmEngine({ baseUrl: url, model: "m", routing: true, policyVersion: () => 3 }))).toEqual([expectedRouted]);
+      server?.closeAllConnections();
+      await new Promise((r) => server?.close(r));
+      server = null;
+    }
+  });
+
+  it("rejects routed_experts with the wrong row count or none at all", async () => {
+    for (const form of [int32Base64([1, 2, 3, 4, 5, 6]), undefined]) {
+      const { url } = await serve((_b, _req, res) => res.writeHead(200, { "content-type": "application/json" }).end(vllmRoutedResponse(form)));
+      await expect(collect(new VllmEngine({ baseUrl: url, model: "m", routing: true }))).rejects.toBeInstanceOf(EngineError);
+      server?.closeAllConnections();
+      await new Promise((r) => server?.close(r));
+      server = null;
+    }
   });
 
   it("turns an HTTP error into an EngineError naming the status", async () => {
@@ -89,11 +151,6 @@ describe("vLLM client", () => {
   });
 });
 
-function int32Base64(values: number[]): string {
-  const b = Buffer.alloc(values.length * 4);
-  values.forEach((v, i) => b.writeInt32LE(v, i * 4));
-  return b.toString("base64");
-}
 
 describe("SGLang client", () => {
   it("sends input_ids and reads logprobs and (seq_len - 1, L, K) routing", async () => {

@@ -38,6 +38,20 @@ describe("scripted engine", () => {
     expect(a!.routing).toEqual(b!.routing);
   });
 
+  it("waits decodeMsPerToken per token of the reply before the first chunk, keeps no prompts when asked, and aborts mid-wait", async () => {
+    const e = new ScriptedEngine({ script: () => ({ text: "abc" }), encode, endOfTurnId: 0, chunkSize: 2, decodeMsPerToken: 15, recordPrompts: false });
+    const t0 = performance.now();
+    const chunks = await all(e, req(10));
+    expect(chunks.map((c) => c.token_ids.length)).toEqual([2, 2]);
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(4 * 15 - 2);
+    expect(e.prompts).toEqual([]);
+    const ac = new AbortController();
+    const it = new ScriptedEngine({ script: () => ({ text: "abc" }), encode, endOfTurnId: 0, decodeMsPerToken: 10_000 }).generate(req(10), ac.signal)[Symbol.asyncIterator]();
+    const next = it.next();
+    setTimeout(() => ac.abort(), 5);
+    await expect(next).rejects.toThrow(/aborted/);
+  });
+
   it("throws EngineAbortedError once the signal is aborted", async () => {
     const e = new ScriptedEngine({ script: () => ({ text: "abcdefgh" }), encode, endOfTurnId: 0, chunkSize: 1 });
     const ac = new AbortController();

@@ -4,7 +4,8 @@
  * Replies come from a script (text, tokenized with the real tokenizer, or raw
  * token ids). Logprobs and routing are fake but a pure function of
  * (prompt length, position, token), so two runs of one script produce the same
- * bytes. No sleeps: chunks are yielded as fast as the consumer pulls them.
+ * bytes. No sleeps unless `decodeMsPerToken` is set (benchmarks that model a
+ * real engine's decode time): chunks are yielded as fast as the consumer pulls them.
  */
 import type { Routing } from "../proxy/records.ts";
 import { EngineAbortedError, EngineError, type EngineClient, type GenerateChunk, type GenerateRequest } from "./types.ts";
@@ -32,12 +33,20 @@ export interface ScriptedEngineConfig {
   /** MoE shape of the fake routing; omit for a dense model (routing null). */
   moe?: { layers: number; topK: number; experts: number };
   policyVersion?: number;
+  /** Keep a copy of every prompt in `prompts` (default true; benchmarks turn it off so the copies do not pile up). */
+  recordPrompts?: boolean;
+  /**
+   * Engine time per sampled token (default 0: none). The reply's whole decode
+   * time is waited once, before the first chunk, as an engine that answers a
+   * non-streaming request would.
+   */
+  decodeMsPerToken?: number;
 }
 
 export class ScriptedEngine implements EngineClient {
   readonly name = "scripted";
   private calls = 0;
-  /** Prompts the engine received, in order (what "the engine saw"). */
+  /** Prompts the engine received, in order (what "the engine saw"); empty when `recordPrompts` is false. */
   readonly prompts: Int32Array[] = [];
 
   constructor(private readonly config: ScriptedEngineConfig) {}
@@ -48,10 +57,11 @@ export class ScriptedEngine implements EngineClient {
 
   async *generate(req: GenerateRequest, signal?: AbortSignal): AsyncIterable<GenerateChunk> {
     const index = this.calls++;
-    this.prompts.push(Int32Array.from(req.prompt_ids));
+    if (this.config.recordPrompts !== false) this.prompts.push(Int32Array.from(req.prompt_ids));
     const reply = this.replyFor({ index, prompt_ids: req.prompt_ids });
     const finishByScript = reply.finish ?? "stop";
-    let ids = "text" in reply ? this.config.encode(reply.text) : reply.token_ids.slice();
+    // A copy: `encode` may hand out a cached array (the proxy tokenizer does), which must not grow an end-of-turn id per call.
+    let ids = "text" in reply ? this.config.encode(reply.text).slice() : reply.token_ids.slice();
     if ("text" in reply && finishByScript === "stop") ids.push(this.config.endOfTurnId);
     let finish: "stop" | "length" = finishByScript;
     if (ids.length > req.sampling.max_tokens) {
@@ -67,10 +77,12 @@ export class ScriptedEngine implements EngineClient {
     const size = Math.max(1, this.config.chunkSize ?? 4);
     const promptLen = req.prompt_ids.length;
     for (let start = 0; start < ids.length || start === 0; start += size) {
-      // Yield to the event loop between chunks so aborts and other sessions interleave.
-      await Promise.resolve();
-      if (signal?.aborted) throw new EngineAbortedError(this.name, req.request_id);
       const part = ids.slice(start, start + size);
+      const wait = start === 0 ? (this.config.decodeMsPerToken ?? 0) * ids.length : 0;
+      // Yield to the event loop between chunks so aborts and other sessions interleave.
+      if (wait > 0) await sleep(wait, signal);
+      else await Promise.resolve();
+      if (signal?.aborted) throw new EngineAbortedError(this.name, req.request_id);
       const last = start + size >= ids.length;
       yield {
         token_ids: part,
@@ -103,6 +115,18 @@ export class ScriptedEngine implements EngineClient {
         for (let k = 0; k < moe.topK; k++) out[o++] = ((ids[i]! + position + i) * 31 + l * 7 + k) % moe.experts;
     return out;
   }
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
 }
 
 /** A fixed, finite, negative pseudo-logprob in (-2, 0). */

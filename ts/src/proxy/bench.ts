@@ -6,13 +6,40 @@
  *   direct      client -> engine                      (the reference)
  *   passthrough client -> nginx -> engine             (floor: no templating or tokenization)
  *   litellm     client -> LiteLLM proxy -> engine     (when a `litellm` binary is found)
- *   proxy       client -> lego proxy -> engine        (template + tokenize + capture; engine over HTTP, vLLM format)
- * The engine is a separate process answering instantly with a fixed tool call
- * (OpenAI chat JSON for the token-free paths, vLLM /v1/completions SSE with
- * token ids for the proxy). Added latency = a path's percentile - direct's.
+ *   proxy       client -> lego proxy -> engine        (template + tokenize + capture)
+ * The engine answers every call with a fixed tool call (OpenAI chat JSON for
+ * the token-free paths; in the proxy it is the scripted engine in process, or
+ * with --engine vllm a process answering vLLM /v1/completions SSE with ids).
+ *
+ * Two workloads, each run for every path:
+ *   paced         the engine takes a stated time per sampled token
+ *                 (--decode-ms-per-token, default 20 ms: a batched decode step
+ *                 of a served MoE model) and the harness a seeded 0-200 ms
+ *                 between calls (--tool-ms 100: running the tool), sessions
+ *                 start spread out, so they wait on the engine as in a real
+ *                 rollout instead of firing in waves;
+ *   back_to_back  the engine answers at once, so 64 sessions fire requests back
+ *                 to back and every path runs at CPU saturation (a throughput
+ *                 test: added latency there is mostly queueing for the CPU).
+ *
+ * Figures per path and workload:
+ *   end to end  client-observed percentile through the path minus the same
+ *               percentile calling the engine directly (what "added latency"
+ *               means to a harness);
+ *   in the hop  for the proxy, wall time inside its request handler minus the
+ *               time spent waiting on the engine; for nginx,
+ *               $request_time - $upstream_response_time (1 ms resolution);
+ *   cpu         proxy process CPU (user + system) and GC pause time per request.
+ * The last line's overhead_p50_ms / overhead_p99_ms are the END-TO-END added
+ * latency of the PACED workload (`"measure"` says so); vs_passthrough_p50 is
+ * that p50 over nginx's end-to-end added p50 (a floor under 1 ms counts as
+ * 1 ms); vs_litellm is that p50 over LiteLLM's. Every other figure is kept
+ * under "paced" and "back_to_back".
  *
  * Run: pnpm exec tsx src/proxy/bench.ts [--sessions 64] [--target-tokens 30000]
- * Last stdout line: {"bench":"proxy","overhead_p50_ms",...}.
+ *        [--decode-ms-per-token 20] [--tool-ms 100] [--workloads paced,back_to_back] [--only direct,passthrough,litellm,proxy] [--engine inproc|vllm]
+ * Profiling the proxy process: BENCH_PROXY_PROFILE_DIR=dir (--cpu-prof), BENCH_PROXY_NODE_FLAGS="--trace-gc".
+ * Last stdout line: {"bench":"proxy","measure":...,"overhead_p50_ms",...}.
  */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
@@ -22,7 +49,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import { PerformanceObserver } from "node:perf_hooks";
 import { ScriptedEngine } from "../engine/scripted.ts";
+import type { EngineClient } from "../engine/types.ts";
 import { VllmEngine } from "../engine/vllm.ts";
 import { loadProxyModel } from "./model.ts";
 import { ProxyServer } from "./server.ts";
@@ -39,6 +68,10 @@ const strArg = (name: string, dflt: string) => {
 };
 const SESSIONS = arg("sessions", 64);
 const TARGET_TOKENS = arg("target-tokens", 30_000);
+/** Engine time per sampled token in the paced workload. */
+const DECODE_MS_PER_TOKEN = arg("decode-ms-per-token", 20);
+/** Mean time the harness spends running a tool between two calls in the paced workload (uniform 0..2x). */
+const TOOL_MS = arg("tool-ms", 100);
 /** ~4 characters per token for this generated text (measured with the Qwen3 tokenizer). */
 const CHARS_PER_TOKEN = 3.4;
 const REPLY_ARGS = { cmd: "cat src/app.ts", timeout: 30 };
@@ -74,22 +107,54 @@ interface Target {
   headers: (s: number) => Record<string, string>;
 }
 
-/** Runs all sessions concurrently against `target`; returns per-request latencies (ms). `offset` picks fresh proxy sessions for a second run. */
-async function drive(target: Target, offset = 0): Promise<number[]> {
+/** Tokens each tool result adds: histories grow from ~2k to TARGET_TOKENS in 14 turns. */
+const TURN_TOKENS = Math.ceil((TARGET_TOKENS - 2000) / 14);
+function turnsPerSession(): number {
+  let n = 0;
+  for (let tokens = 2000; tokens < TARGET_TOKENS; tokens += TURN_TOKENS) n++;
+  return n;
+}
+
+interface ProxyStats {
+  /** Per measured request: wall time inside the proxy minus the engine's share (ms). */
+  added: number[];
+  /** Proxy process CPU (user + system) over the measured run, per request. */
+  cpu_ms_per_request: number;
+  /** Of which in the kernel (socket reads and writes). */
+  cpu_system_ms_per_request: number;
+  gc_ms_per_request: number;
+  gc_max_ms: number;
+  gc_count: number;
+}
+
+/**
+ * Runs all sessions concurrently against `target`; returns per-request latencies (ms).
+ * `offset` gives the warm-up run its own sessions and texts. With `toolMs` > 0 (the paced
+ * workload) sessions start spread over `toolMs` and pause a seeded 0..2*toolMs between calls
+ * (the harness running the tool), so they do not fire in lock-step waves.
+ */
+async function drive(target: Target, offset = 0, toolMs = 0): Promise<number[]> {
   const latencies: number[] = [];
-  const turnTokens = Math.ceil((TARGET_TOKENS - 2000) / 14);
+  const turnTokens = TURN_TOKENS;
   await Promise.all(
     Array.from({ length: SESSIONS }, async (_, s) => {
+      const pause = rng(7919 * (s + offset) + 1);
+      if (toolMs > 0) await new Promise((r) => setTimeout(r, (s / SESSIONS) * 2 * toolMs));
       const messages: Array<Record<string, unknown>> = [
         { role: "system", content: SYSTEM },
-        { role: "user", content: `Task ${s}: ${codeText(200, 1000 + s)}` },
+        // Same system prompt and tools in every session (one harness); task and tool output differ per
+        // session and between the warm-up and the measured run (`offset`), so no text recurs by accident.
+        { role: "user", content: `Task ${s + offset}: ${codeText(200, 1000 + s + offset)}` },
       ];
       for (let turn = 0, tokens = 2000; tokens < TARGET_TOKENS; turn++, tokens += turnTokens) {
+        if (toolMs > 0 && turn > 0) await new Promise((r) => setTimeout(r, pause() * 2 * toolMs));
+        // Serialized before the clock starts: the client's own work is not any path's latency.
+        const payload = JSON.stringify({ model: "bench", messages, tools: TOOLS, max_tokens: 256 });
         const t0 = performance.now();
         const res = await fetch(target.url(s + offset), {
           method: "POST",
           headers: { "content-type": "application/json", ...target.headers(s + offset) },
-          body: JSON.stringify({ model: "bench", messages, tools: TOOLS, max_tokens: 256 }),
+          body: payload,
         });
         const body = (await res.json()) as { choices?: Array<{ message: Record<string, unknown> }> };
         latencies.push(performance.now() - t0);
@@ -97,7 +162,7 @@ async function drive(target: Target, offset = 0): Promise<number[]> {
         if (!res.ok || !msg) throw new Error(`${target.name}: HTTP ${res.status} ${JSON.stringify(body).slice(0, 300)}`);
         const calls = (msg["tool_calls"] ?? []) as Array<{ id: string }>;
         messages.push({ role: "assistant", content: msg["content"] ?? "", tool_calls: calls });
-        for (const c of calls) messages.push({ role: "tool", tool_call_id: c.id, content: codeText(turnTokens, s * 1000 + turn) });
+        for (const c of calls) messages.push({ role: "tool", tool_call_id: c.id, content: codeText(turnTokens, (s + offset) * 1000 + turn) });
       }
     }),
   );
@@ -105,9 +170,11 @@ async function drive(target: Target, offset = 0): Promise<number[]> {
 }
 
 // ------------------------------------------------------------------ engine role
-async function engineRole(): Promise<void> {
+/** The engine process; `decodeMs` per sampled token is waited before answering (the paced workload). */
+async function engineRole(decodeMs: number): Promise<void> {
   const model = loadProxyModel(QWEN3_DIR);
   const ids = [...model.tokenizer.encode(REPLY_TEXT), model.codec.endOfTurnId];
+  const decode = () => (decodeMs > 0 ? new Promise((r) => setTimeout(r, decodeMs * ids.length)) : null);
   let n = 0;
   const readBody = (req: IncomingMessage) =>
     new Promise<string>((resolve) => {
@@ -117,6 +184,7 @@ async function engineRole(): Promise<void> {
   const server = createServer(async (req, res) => {
     if (req.method !== "POST") return void res.writeHead(200, { "content-length": 0 }).end();
     await readBody(req);
+    await decode();
     if (req.url === "/v1/completions") {
       res.writeHead(200, { "content-type": "text/event-stream" });
       for (let i = 0; i < ids.length; i += 4) {
@@ -143,6 +211,28 @@ async function engineRole(): Promise<void> {
 }
 
 // ------------------------------------------------------------------ proxy role
+/** `inner`, telling `done` how long each call spent waiting on it (sum of the waits for its next chunk). */
+function timedEngine(inner: EngineClient, done: (requestId: string, ms: number) => void): EngineClient {
+  return {
+    name: inner.name,
+    close: () => inner.close(),
+    async *generate(req, signal) {
+      const it = inner.generate(req, signal)[Symbol.asyncIterator]();
+      let waited = 0;
+      try {
+        for (;;) {
+          const t0 = performance.now();
+          const next = await it.next();
+          waited += performance.now() - t0;
+          if (next.done) return;
+          yield next.value;
+        }
+      } finally {
+        done(req.request_id, waited);
+      }
+    },
+  };
+}
 /**
  * The proxy with the scripted engine in its own process (`--engine inproc`,
  * the default: nothing but the proxy's own work is measured) or with the
@@ -150,25 +240,56 @@ async function engineRole(): Promise<void> {
  * request, the wall time inside the proxy minus the engine's share, and writes
  * them to --stats-out when terminated.
  */
-async function proxyRole(enginePort: number, engineKind: string, statsOut: string): Promise<void> {
+async function proxyRole(enginePort: number, engineKind: string, statsOut: string, decodeMs: number): Promise<void> {
   const model = loadProxyModel(QWEN3_DIR);
-  const engine =
+  const engineMs = new Map<string, number>();
+  const inner =
     engineKind === "vllm"
       ? new VllmEngine({ baseUrl: `http://127.0.0.1:${enginePort}`, model: "bench" })
-      : new ScriptedEngine({ script: () => ({ text: REPLY_TEXT }), encode: (t) => model.tokenizer.encode(t), endOfTurnId: model.codec.endOfTurnId, chunkSize: 4 });
-  const engineMs = new Map<string, number>();
+      : new ScriptedEngine({ script: () => ({ text: REPLY_TEXT }), encode: (t) => model.tokenizer.encode(t), endOfTurnId: model.codec.endOfTurnId, chunkSize: 4, recordPrompts: false, decodeMsPerToken: decodeMs });
+  // The engine's share of a request: the time its stream kept the proxy waiting (keyed by session; one call in flight per session).
+  const engine = timedEngine(inner, (requestId, ms) => engineMs.set(requestId.slice(0, requestId.lastIndexOf("/turn-")), ms));
   const added: number[] = [];
+  // CPU time and GC pauses of the proxy process over the measured run (the
+  // signal that does not depend on what else the machine runs): counted from
+  // the end of the last warm-up request to the end of the measured run.
+  const warmUp = SESSIONS * turnsPerSession();
+  let cpuAtStart: NodeJS.CpuUsage | null = null;
+  let gcMs = 0;
+  let gcMaxMs = 0;
+  let gcCount = 0;
+  const gc = new PerformanceObserver((list) => {
+    if (!cpuAtStart) return;
+    for (const e of list.getEntries()) {
+      gcMs += e.duration;
+      gcMaxMs = Math.max(gcMaxMs, e.duration);
+      gcCount++;
+    }
+  });
+  gc.observe({ entryTypes: ["gc"] });
   const proxy = await ProxyServer.start({
     model,
     engine,
     servedModels: ["bench"],
-    onTurn: (e) => engineMs.set(e.session_id, engineKind === "vllm" ? e.turn.timings.duration_ms : 0),
-    onRequestEnd: (e) => added.push(e.duration_ms - (engineMs.get(e.session_id ?? "") ?? 0)),
+    onRequestEnd: (e) => {
+      added.push(e.duration_ms - (engineMs.get(e.session_id ?? "") ?? 0));
+      if (added.length === warmUp) cpuAtStart = process.cpuUsage();
+    },
   });
   // Twice the sessions: a warm-up run and the measured run (a session's history only grows).
   const sessions = Array.from({ length: 2 * SESSIONS }, (_, i) => proxy.createSession(`b${i}`));
   process.once("SIGTERM", () => {
-    writeFileSync(statsOut, JSON.stringify(added));
+    const cpu = process.cpuUsage(cpuAtStart ?? undefined);
+    const measured = added.length - warmUp;
+    const stats: ProxyStats = {
+      added: added.slice(warmUp),
+      cpu_ms_per_request: Number(((cpu.user + cpu.system) / 1000 / measured).toFixed(3)),
+      cpu_system_ms_per_request: Number((cpu.system / 1000 / measured).toFixed(3)),
+      gc_ms_per_request: Number((gcMs / measured).toFixed(3)),
+      gc_max_ms: Number(gcMaxMs.toFixed(2)),
+      gc_count: gcCount,
+    };
+    writeFileSync(statsOut, JSON.stringify(stats));
     process.exit(0);
   });
   console.log(JSON.stringify({ sessions: sessions.map((s) => ({ url: `${s.baseUrl}/v1/chat/completions`, secret: s.secret })) }));
@@ -178,8 +299,15 @@ async function proxyRole(enginePort: number, engineKind: string, statsOut: strin
 function child(cmd: string, args: string[], env: Record<string, string> = {}): { proc: ChildProcess; firstLine: Promise<string> } {
   const proc = spawn(cmd, args, { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, ...env } });
   const lines = createInterface({ input: proc.stdout! });
+  // The first line that is JSON is the child's report; anything else (--trace-gc output) goes to stderr.
   const firstLine = new Promise<string>((resolve, reject) => {
-    lines.once("line", resolve);
+    let reported = false;
+    lines.on("line", (line) => {
+      if (!reported && line.startsWith("{")) {
+        reported = true;
+        resolve(line);
+      } else process.stderr.write(line + "\n");
+    });
     proc.once("exit", (code) => reject(new Error(`${cmd} exited with ${code} before reporting`)));
   });
   return { proc, firstLine };
@@ -261,22 +389,40 @@ async function startLitellm(enginePort: number): Promise<{ proc: ChildProcess; u
   return { proc, url: `http://127.0.0.1:${port}/v1/chat/completions` };
 }
 
-async function driver(): Promise<void> {
+interface WorkloadResult {
+  decode_ms_per_token: number;
+  tool_ms: number;
+  /** Client-observed added latency: the path's percentile minus calling the engine directly. */
+  e2e_added_p50_ms: Record<string, number | null>;
+  e2e_added_p99_ms: Record<string, number | null>;
+  /** Inside the hop (proxy: handler wall time minus engine waits; nginx: from its log). */
+  in_hop_p50_ms: Record<string, number | null>;
+  in_hop_p99_ms: Record<string, number | null>;
+  direct_p50_ms: number | null;
+  proxy_cpu_ms_per_request: number | null;
+  proxy_cpu_system_ms_per_request: number | null;
+  proxy_gc_ms_per_request: number | null;
+  proxy_gc_max_ms: number | null;
+}
+
+const round = (x: number | null) => (x === null ? null : Number(x.toFixed(3)));
+
+/** Runs every wanted path against an engine that waits `decodeMs` per sampled token. */
+async function workload(label: string, decodeMs: number, toolMs: number, engineKind: string, want: (name: string) => boolean): Promise<WorkloadResult> {
   const tsx = ["--import", "tsx", SELF];
-  const engineKind = strArg("engine", "inproc");
-  const only = process.argv.includes("--only") ? strArg("only", "").split(",") : null;
-  const engine = child(process.execPath, [...tsx, "--role", "engine", "--sessions", String(SESSIONS)]);
+  console.log(`--- ${label}: engine ${decodeMs} ms per sampled token, tool time ${toolMs} ms on average`);
+  const engine = child(process.execPath, [...tsx, "--role", "engine", "--sessions", String(SESSIONS), "--decode-ms-per-token", String(decodeMs)]);
   const enginePort = (JSON.parse(await engine.firstLine) as { port: number }).port;
   const procs: ChildProcess[] = [engine.proc];
   const e2e: Record<string, number[]> = {};
   const hop: Record<string, number[]> = {};
+  let proxyStats: ProxyStats | null = null;
   const run = async (name: string, t: Pick<Target, "url" | "headers">) => {
-    await drive({ name, ...t }, SESSIONS);
-    const lat = await drive({ name, ...t });
+    await drive({ name, ...t }, SESSIONS, toolMs);
+    const lat = await drive({ name, ...t }, 0, toolMs);
     e2e[name] = lat;
     console.log(`${name.padEnd(12)} end-to-end n=${lat.length} p50=${pct(lat, 50).toFixed(2)}ms p99=${pct(lat, 99).toFixed(2)}ms`);
   };
-  const want = (name: string) => !only || only.includes(name);
   const fixed = (url: string, headers: Record<string, string> = {}) => ({ url: () => url, headers: () => headers });
   try {
     if (want("direct")) await run("direct", fixed(`http://127.0.0.1:${enginePort}/v1/chat/completions`));
@@ -294,14 +440,18 @@ async function driver(): Promise<void> {
     if (want("proxy")) {
       const stats = join(mkdtempSync(join(tmpdir(), "bench-proxy-")), "added.json");
       const prof = process.env["BENCH_PROXY_PROFILE_DIR"] ? ["--cpu-prof", `--cpu-prof-dir=${process.env["BENCH_PROXY_PROFILE_DIR"]}`] : [];
-      const p = child(process.execPath, [...prof, ...tsx, "--role", "proxy", "--engine", engineKind, "--engine-port", String(enginePort), "--sessions", String(SESSIONS), "--stats-out", stats]);
+      // Extra node flags for the proxy process only, e.g. BENCH_PROXY_NODE_FLAGS="--trace-gc".
+      prof.push(...(process.env["BENCH_PROXY_NODE_FLAGS"] ?? "").split(" ").filter(Boolean));
+      const p = child(process.execPath, [...prof, ...tsx, "--role", "proxy", "--engine", engineKind, "--engine-port", String(enginePort), "--sessions", String(SESSIONS), "--stats-out", stats, "--decode-ms-per-token", String(decodeMs)]);
       procs.push(p.proc);
       const { sessions } = JSON.parse(await p.firstLine) as { sessions: Array<{ url: string; secret: string }> };
       await run("proxy", { url: (s) => sessions[s]!.url, headers: (s) => ({ authorization: `Bearer ${sessions[s]!.secret}` }) });
       const exited = new Promise((r) => p.proc.once("exit", r));
       p.proc.kill("SIGTERM");
       await exited;
-      hop["proxy"] = (JSON.parse(readFileSync(stats, "utf8")) as number[]).slice(e2e["proxy"]!.length);
+      proxyStats = JSON.parse(readFileSync(stats, "utf8")) as ProxyStats;
+      hop["proxy"] = proxyStats.added;
+      console.log(`proxy        cpu ${proxyStats.cpu_ms_per_request} ms/request (system ${proxyStats.cpu_system_ms_per_request}), gc ${proxyStats.gc_ms_per_request} ms/request (${proxyStats.gc_count} pauses, longest ${proxyStats.gc_max_ms} ms)`);
     }
   } finally {
     for (const p of procs) p.kill();
@@ -309,26 +459,56 @@ async function driver(): Promise<void> {
   for (const [name, xs] of Object.entries(hop)) console.log(`${name.padEnd(12)} inside the hop p50=${pct(xs, 50).toFixed(2)}ms p99=${pct(xs, 99).toFixed(2)}ms`);
   const q = (xs: number[] | undefined, p: number) => (xs && xs.length ? pct(xs, p) : null);
   const e2eAdded = (name: string, p: number) => (e2e[name] && e2e["direct"] ? q(e2e[name], p)! - q(e2e["direct"], p)! : null);
-  const round = (x: number | null) => (x === null ? null : Number(x.toFixed(3)));
-  const ratio = (a: number | null, b: number | null) => (a === null || b === null || b <= 0 ? null : Number((a / b).toFixed(2)));
+  const paths = ["proxy", "passthrough", "litellm"];
+  const per = (f: (name: string) => number | null) => Object.fromEntries(paths.map((n) => [n, round(f(n))]));
+  const result: WorkloadResult = {
+    decode_ms_per_token: decodeMs,
+    tool_ms: toolMs,
+    e2e_added_p50_ms: per((n) => e2eAdded(n, 50)),
+    e2e_added_p99_ms: per((n) => e2eAdded(n, 99)),
+    in_hop_p50_ms: { proxy: round(q(hop["proxy"], 50)), passthrough: round(q(hop["passthrough"], 50)) },
+    in_hop_p99_ms: { proxy: round(q(hop["proxy"], 99)), passthrough: round(q(hop["passthrough"], 99)) },
+    direct_p50_ms: round(q(e2e["direct"], 50)),
+    proxy_cpu_ms_per_request: proxyStats?.cpu_ms_per_request ?? null,
+    proxy_cpu_system_ms_per_request: proxyStats?.cpu_system_ms_per_request ?? null,
+    proxy_gc_ms_per_request: proxyStats?.gc_ms_per_request ?? null,
+    proxy_gc_max_ms: proxyStats?.gc_max_ms ?? null,
+  };
+  console.log(`${label.padEnd(12)} end-to-end added p50/p99: ${paths.map((n) => `${n} ${result.e2e_added_p50_ms[n]}/${result.e2e_added_p99_ms[n]} ms`).join(", ")}`);
+  return result;
+}
+
+async function driver(): Promise<void> {
+  const engineKind = strArg("engine", "inproc");
+  const only = process.argv.includes("--only") ? strArg("only", "").split(",") : null;
+  const want = (name: string) => !only || only.includes(name);
+  const workloads = strArg("workloads", "paced,back_to_back").split(",");
+  const results: Record<string, WorkloadResult> = {};
+  for (const w of workloads) {
+    if (w !== "paced" && w !== "back_to_back") throw new Error(`unknown workload ${w}`);
+    results[w] = await workload(w, w === "paced" ? DECODE_MS_PER_TOKEN : 0, w === "paced" ? TOOL_MS : 0, engineKind, want);
+  }
+  const head = results["paced"] ?? results["back_to_back"]!;
+  const measure = results["paced"] ? "end_to_end_added_paced" : "end_to_end_added_back_to_back";
+  const ratio = (a: number | null | undefined, b: number | null | undefined) => (a == null || b == null || b <= 0 ? null : Number((a / b).toFixed(2)));
+  const floor = head.e2e_added_p50_ms["passthrough"];
   console.log(
     JSON.stringify({
       bench: "proxy",
+      measure,
       sessions: SESSIONS,
       target_tokens: TARGET_TOKENS,
       engine: engineKind,
-      overhead_p50_ms: round(q(hop["proxy"], 50)),
-      overhead_p99_ms: round(q(hop["proxy"], 99)),
-      passthrough_p50_ms: round(q(hop["passthrough"], 50)),
-      e2e_added_p50_ms: { proxy: round(e2eAdded("proxy", 50)), passthrough: round(e2eAdded("passthrough", 50)), litellm: round(e2eAdded("litellm", 50)) },
-      e2e_added_p99_ms: { proxy: round(e2eAdded("proxy", 99)), passthrough: round(e2eAdded("passthrough", 99)), litellm: round(e2eAdded("litellm", 99)) },
-      vs_passthrough_p50: ratio(q(hop["proxy"], 50), hop["passthrough"] ? Math.max(q(hop["passthrough"], 50)!, 1) : null),
-      vs_litellm: ratio(e2eAdded("proxy", 50), e2eAdded("litellm", 50)),
+      overhead_p50_ms: head.e2e_added_p50_ms["proxy"],
+      overhead_p99_ms: head.e2e_added_p99_ms["proxy"],
+      vs_passthrough_p50: ratio(head.e2e_added_p50_ms["proxy"], floor == null ? null : Math.max(floor, 1)),
+      vs_litellm: ratio(head.e2e_added_p50_ms["proxy"], head.e2e_added_p50_ms["litellm"]),
+      ...results,
     }),
   );
 }
 
 const role = process.argv[process.argv.indexOf("--role") + 1];
-if (process.argv.includes("--role") && role === "engine") await engineRole();
-else if (process.argv.includes("--role") && role === "proxy") await proxyRole(arg("engine-port", 0), strArg("engine", "inproc"), strArg("stats-out", ""));
+if (process.argv.includes("--role") && role === "engine") await engineRole(arg("decode-ms-per-token", 0));
+else if (process.argv.includes("--role") && role === "proxy") await proxyRole(arg("engine-port", 0), strArg("engine", "inproc"), strArg("stats-out", ""), arg("decode-ms-per-token", 0));
 else await driver();

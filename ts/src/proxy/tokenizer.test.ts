@@ -22,13 +22,39 @@ function corpus(): string[] {
 }
 
 describe("tokenizer", () => {
-  it("encodes exactly like @huggingface/tokenizers, twice (cold and cached pieces)", () => {
+  it("encodes exactly like @huggingface/tokenizers, three times (cold, cached pieces, cached long sections)", () => {
     const { tokenizer } = qwen3();
     for (const text of corpus()) {
       const reference = tokenizer.encodeWithLibrary(text);
       expect(tokenizer.encode(text), JSON.stringify(text)).toEqual(reference);
     }
     for (const text of corpus()) expect(tokenizer.encode(text)).toEqual(tokenizer.encodeWithLibrary(text));
+    // Long sections kept whole (keepSections) give the same ids inside texts that embed them in new surroundings.
+    for (const text of corpus()) expect(tokenizer.encode(`<|im_start|>${text}\n<|im_end|>x`, { keepSections: true })).toEqual(tokenizer.encodeWithLibrary(`<|im_start|>${text}\n<|im_end|>x`));
+    for (const text of corpus()) expect(tokenizer.encode(`<|im_start|>${text}\n<|im_end|>y`)).toEqual(tokenizer.encodeWithLibrary(`<|im_start|>${text}\n<|im_end|>y`));
+    for (const text of corpus()) expect(tokenizer.encode(`${text}<|im_end|>`)).toEqual(tokenizer.encodeWithLibrary(`${text}<|im_end|>`));
+  });
+
+  it("splits ASCII with the scanner exactly as the Split regex does (random strings of edge characters)", () => {
+    const { tokenizer } = qwen3();
+    const splitters = tokenizer.pieceSplitters!;
+    expect(splitters.scanner("x")).not.toBeNull(); // Qwen3's pre-tokenizer is the one the scanner reproduces
+    let seed = 7;
+    const rnd = () => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32);
+    // Every ASCII code, with the characters the regex treats specially drawn far more often.
+    const edge = ["'s", "'T", "'re", "'vE", "'LL", "'ll", "'d", "'M", "'r", "'l", "'", "s", "S", "t", "r", "R", "e", "E", "v", "m", "l", "L", "d", "D", "x", "0", "7", " ", " ", "\t", "\n", "\r", "\v", "\f", ";", "_", "(", "\u0000", "\u001f", "\u007f"];
+    const all = Array.from({ length: 128 }, (_, c) => String.fromCharCode(c));
+    for (let n = 0; n < 5000; n++) {
+      const len = 1 + Math.floor(rnd() * 24);
+      let text = "";
+      for (let i = 0; i < len; i++) text += rnd() < 0.8 ? edge[Math.floor(rnd() * edge.length)]! : all[Math.floor(rnd() * 128)]!;
+      expect(splitters.scanner(text), JSON.stringify(text)).toEqual(splitters.regex(text));
+    }
+    for (const text of corpus()) {
+      const pieces = splitters.scanner(text);
+      if (pieces) expect(pieces, JSON.stringify(text)).toEqual(splitters.regex(text));
+    }
+    expect(splitters.scanner("über")).toBeNull(); // non-ASCII goes through the regex
   });
 
   it("round-trips text through decode", () => {

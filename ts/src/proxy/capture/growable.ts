@@ -41,7 +41,11 @@ export class Growable<T extends Typed> {
     return this.buf[i]!;
   }
 
-  /** A view that is valid until the next push. */
+  /**
+   * A zero-copy window of the current buffer. Pushes never change [start, end) of it
+   * (a push past the capacity moves to a new buffer and leaves this one as it was); a
+   * truncate below `end` followed by pushes does overwrite it.
+   */
   view(start = 0, end = this.length): T {
     return this.buf.subarray(start, end) as T;
   }

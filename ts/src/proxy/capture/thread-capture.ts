@@ -80,8 +80,10 @@ export class ThreadCapture {
       const k = st.messages.length;
       const m = req.messages;
       if (m.length >= k && sameMessages(m, st.messages, k)) {
+        // The first k messages equal the recorded ones: keep the recorded objects (already
+        // long-lived) so this request's copies of the whole history die young.
         if (m.length === k)
-          return { ...base, kind: "retry", prompt_ids: b.tokens.copy(0, st.lastPromptLength), baseLength: st.lastPromptLength, pieces: [], rewritten: false };
+          return { ...base, messages: st.messages, kind: "retry", prompt_ids: b.tokens.copy(0, st.lastPromptLength), baseLength: st.lastPromptLength, pieces: [], rewritten: false };
         if (sameMessage(m[k]!, st.reply)) {
           const ext = this.extension(st, m.slice(k + 1), req, codec);
           if (ext) {
@@ -92,12 +94,12 @@ export class ThreadCapture {
               prompt.set(p.ids, o);
               o += p.ids.length;
             }
-            return { ...base, kind: "extend", prompt_ids: prompt, baseLength: b.length, pieces: ext, rewritten: false };
+            return { ...base, messages: st.messages.concat(m.slice(k)), kind: "extend", prompt_ids: prompt, baseLength: b.length, pieces: ext, rewritten: false };
           }
         }
       }
     }
-    const pieces = splitGenerationPrompt(codec.template.render(req.messages, req.tools, renderOptions(req)), req, codec);
+    const pieces = splitGenerationPrompt(codec.template.render(req.messages, req.tools, renderOptions(req)), req, codec, true);
     const prompt = new Int32Array(pieces.reduce((n, p) => n + p.ids.length, 0));
     let o = 0;
     for (const p of pieces) {
@@ -152,6 +154,11 @@ export class ThreadCapture {
       offset += p.ids.length;
     }
     b.appendSampled(turn, turn.completion_ids, turn.logprobs, turn.routing, routingRecorded);
+    // The segment now holds this prompt at [0, prompt length): the turn keeps a view of it
+    // instead of its own copy (a session's turns would otherwise hold O(turns x length) ids).
+    // The view stays exact: a segment only ever truncates back to its last prompt's length
+    // (retry), never below a committed prompt, and a buffer it outgrows is no longer written.
+    turn.prompt_ids = b.tokens.view(0, plan.prompt_ids.length);
     const last = turn.completion_ids[turn.completion_ids.length - 1];
     this.state = {
       messages: plan.messages,
@@ -178,14 +185,16 @@ export class ThreadCapture {
  * where it cannot change tokenization (the generation prompt starts with an
  * added token); otherwise the whole text stays `prompt`.
  */
-function splitGenerationPrompt(text: string, req: ChatRequest, codec: PromptCodec): Array<{ ids: number[]; provenance: Supplied }> {
+function splitGenerationPrompt(text: string, req: ChatRequest, codec: PromptCodec, whole = false): Array<{ ids: number[]; provenance: Supplied }> {
   const gen = codec.template.generationPrompt(req.enable_thinking === undefined ? {} : { enableThinking: req.enable_thinking });
+  // A whole render's long sections (system prompt, tool list) recur in other sessions: the tokenizer keeps them.
+  const options = { keepSections: whole };
   if (gen.length > 0 && text.endsWith(gen) && codec.tokenizer.startsWithAddedToken(gen))
     return [
-      { ids: codec.tokenizer.encode(text.slice(0, text.length - gen.length)), provenance: TokenProvenance.prompt },
+      { ids: codec.tokenizer.encode(text.slice(0, text.length - gen.length), options), provenance: TokenProvenance.prompt },
       { ids: codec.tokenizer.encode(gen), provenance: TokenProvenance.template },
     ];
-  return [{ ids: codec.tokenizer.encode(text), provenance: TokenProvenance.prompt }];
+  return [{ ids: codec.tokenizer.encode(text, options), provenance: TokenProvenance.prompt }];
 }
 
 function renderOptions(req: ChatRequest) {
