@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from lego_rl.model import Config, KVCache, KVPool, MoeForCausalLM, init_weights
-from lego_rl.model.moe import all_experts_swiglu, dispatch, grouped_swiglu, prefers_all_experts
+from lego_rl.model.moe import all_experts_swiglu, dispatch, grouped_swiglu, looped_swiglu, padded_swiglu, prefers_all_experts
 
 CONFIG = Config(
     vocab_size=97, hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=2,
@@ -96,3 +96,17 @@ def test_all_experts_path_equals_the_grouped_path_and_is_chosen_only_for_few_tok
     assert torch.allclose(all_experts_swiglu(x_TD, idx_TK, w_TK, gate_up, down), grouped_TD, rtol=1e-5, atol=1e-6)
     assert prefers_all_experts(16, 8, 2, 128, 128) and not prefers_all_experts(64, 8, 2, 128, 128)
     assert not prefers_all_experts(1, 128, 8, 768, 2048)  # a Qwen3-30B-shaped layer always groups
+
+
+def test_padded_experts_equal_one_gemm_per_expert_with_gradients():
+    gen = torch.Generator().manual_seed(1)
+    E, F_, D = 4, 8, 16
+    gate_up = (0.1 * torch.randn(E, 2 * F_, D, generator=gen)).requires_grad_()
+    down = (0.1 * torch.randn(E, D, F_, generator=gen)).requires_grad_()
+    counts = [3, 0, 5, 1]  # an expert with no rows, uneven groups
+    x_ND = torch.randn(sum(counts), D, generator=gen, requires_grad=True)
+    looped, padded = looped_swiglu(x_ND, counts, gate_up, down), padded_swiglu(x_ND, counts, gate_up, down)
+    assert torch.allclose(padded, looped, rtol=1e-5, atol=1e-6)
+    grads = [torch.autograd.grad(y.square().sum(), (x_ND, gate_up, down)) for y in (looped, padded)]
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
