@@ -40,6 +40,8 @@ from lego_rl.model.checkpoint import split_experts
 from lego_rl.model.tiny import write_tiny_model
 from lego_rl.trainer.driver import LocalPolicy
 
+from ..engine.server_support import serving
+
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -372,14 +374,8 @@ def test_a_server_sync_needs_a_published_directory(tmp_path: Path, model: torch.
 @pytest.fixture
 def engine_server(model_dir: Path) -> Iterator[EngineServer]:
     """A real `lego_rl.engine` server on a thread (tests/engine/test_server_updates.py covers what it does mid-generation)."""
-    served = EngineServerConfig(model_dir=str(model_dir), bind="tcp://127.0.0.1:*", engine=EngineConfig()).build()
-    stop = threading.Event()
-    thread = threading.Thread(target=served.serve, args=(stop,), daemon=True)
-    thread.start()
-    yield served
-    stop.set()
-    thread.join()
-    served.close()
+    with serving(EngineServerConfig(model_dir=str(model_dir), bind="tcp://127.0.0.1:*", engine=EngineConfig())) as served:
+        yield served
 
 
 def test_an_engine_server_loads_each_published_version_over_zeromq(tmp_path: Path, model_dir: Path, model: torch.nn.Module,

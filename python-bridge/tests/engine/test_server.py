@@ -6,7 +6,6 @@ import json
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,19 +13,19 @@ from typing import Any
 import msgpack
 import numpy as np
 import pytest
-import zmq
 
 from lego_rl.engine import Engine, EngineConfig, GenerationRequest, SamplingParams
 from lego_rl.engine.server import EngineServer, EngineServerConfig
 from lego_rl.model import load_model
 from lego_rl.model.tiny import write_tiny_model
-from lego_rl.schema import decode_control, encode_control
+from lego_rl.schema import encode_control
 from lego_rl.schema.generated import SCHEMA_VERSION, Abort, Ack, EngineHello, EngineInfo, Error, GenerateRequest, GenerateResult, TokenChunk
+
+from .server_support import Client, serving
 
 # A room big enough that an un-aborted request would run for seconds, so the abort test
 # cannot pass by the request finishing on its own.
 ENGINE = EngineConfig(max_context=4096)
-REPLY_TIMEOUT_MS = 30_000  # a missing reply fails the test; it never paces it
 
 
 @pytest.fixture(scope="module")
@@ -36,44 +35,8 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(model_dir: Path) -> Iterator[EngineServer]:
-    served = EngineServerConfig(model_dir=str(model_dir), bind="tcp://127.0.0.1:*", engine=ENGINE).build()
-    stop = threading.Event()
-    thread = threading.Thread(target=served.serve, args=(stop,), daemon=True)
-    thread.start()
-    yield served
-    stop.set()
-    thread.join()
-    served.close()
-
-
-class Client:
-    def __init__(self, address: str) -> None:
-        self.socket = zmq.Context.instance().socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.connect(address)
-
-    def send(self, message: Any) -> None:
-        self.socket.send(encode_control(message))
-
-    def send_raw(self, *frames: bytes) -> None:
-        self.socket.send_multipart(list(frames))
-
-    def recv(self) -> Any:
-        assert self.socket.poll(REPLY_TIMEOUT_MS), "no reply from the engine server"
-        return decode_control(self.socket.recv())
-
-    def until_result(self, request_id: str) -> tuple[list[TokenChunk], GenerateResult]:
-        chunks = []
-        while True:
-            message = self.recv()
-            assert message.request_id == request_id, message
-            if isinstance(message, GenerateResult):
-                return chunks, message
-            assert isinstance(message, TokenChunk), message
-            chunks.append(message)
-
-    def close(self) -> None:
-        self.socket.close(linger=0)
+    with serving(EngineServerConfig(model_dir=str(model_dir), bind="tcp://127.0.0.1:*", engine=ENGINE)) as served:
+        yield served
 
 
 @pytest.fixture

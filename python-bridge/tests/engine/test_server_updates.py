@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-import zmq
 from safetensors.torch import load_file, save_file
 
 from lego_rl.cluster.weight_sync import DiskPublishConfig, DiskWeightPublisher
@@ -24,7 +23,6 @@ from lego_rl.engine import Engine, EngineConfig, GenerationRequest, SamplingPara
 from lego_rl.engine.server import EngineServer, EngineServerConfig
 from lego_rl.model import MoeForCausalLM, load_model
 from lego_rl.model.tiny import write_tiny_model
-from lego_rl.schema import decode_control, encode_control
 from lego_rl.schema.generated import (
     SCHEMA_VERSION,
     Abort,
@@ -38,8 +36,9 @@ from lego_rl.schema.generated import (
     WeightsUpdated,
 )
 
+from .server_support import Client, serving
+
 ENGINE = EngineConfig(max_context=4096)  # room for a request that would run for seconds un-aborted
-REPLY_TIMEOUT_MS = 30_000  # a missing reply fails the test; it never paces it
 PROMPT = [1, 2, 3]
 
 
@@ -64,50 +63,14 @@ def fused_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def serve(model_dir: Path, engine: EngineConfig = ENGINE, policy_version: int = 0) -> Iterator[EngineServer]:
-    served = EngineServerConfig(model_dir=str(model_dir), bind="tcp://127.0.0.1:*", engine=engine, policy_version=policy_version).build()
-    stop = threading.Event()
-    thread = threading.Thread(target=served.serve, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    with serving(EngineServerConfig(model_dir=str(model_dir), bind="tcp://127.0.0.1:*", engine=engine,
+                                    policy_version=policy_version)) as served:
         yield served
-    finally:
-        stop.set()
-        thread.join()
-        served.close()
 
 
 @pytest.fixture
 def server(model_dir: Path) -> Iterator[EngineServer]:
     yield from serve(model_dir)
-
-
-class Client:
-    def __init__(self, address: str) -> None:
-        self.socket = zmq.Context.instance().socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.connect(address)
-
-    def send(self, message: Any) -> None:
-        self.socket.send(encode_control(message))
-
-    def recv(self) -> Any:
-        assert self.socket.poll(REPLY_TIMEOUT_MS), "no reply from the engine server"
-        return decode_control(self.socket.recv())
-
-    def ask(self, message: Any) -> Any:
-        self.send(message)
-        return self.recv()
-
-    def until_result(self, request_id: str) -> tuple[list[TokenChunk], GenerateResult]:
-        chunks = []
-        while not isinstance(message := self.recv(), GenerateResult):
-            assert isinstance(message, TokenChunk) and message.request_id == request_id, message
-            chunks.append(message)
-        assert message.request_id == request_id
-        return chunks, message
-
-    def close(self) -> None:
-        self.socket.close(linger=0)
 
 
 @pytest.fixture
