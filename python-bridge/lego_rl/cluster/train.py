@@ -108,7 +108,7 @@ def main(argv: list[str]) -> int:
         if log is not sys.stdout:
             log.close()
         if receiver is not None:
-            receiver.close()
+            receiver.close(flush=True)  # the final ack and version reach the workers before exit
         trainers.shutdown()
     summary = {"steps": position.step, "policy_version": position.policy_version}
     if rewards:

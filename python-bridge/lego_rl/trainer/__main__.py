@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
         if log is not sys.stdout:
             log.close()
         if receiver is not None:
-            receiver.close()
+            receiver.close(flush=True)  # the final ack and version reach the workers before exit
     print(f"trainer: stopped at step {position.step}, policy version {position.policy_version}", file=sys.stderr)
     return 0
 

@@ -251,11 +251,21 @@ class Receiver:
         self._emit({"type": "weight_version", "version": version.version, "senders": len(self._peers)})
         return len(self._peers)
 
-    def close(self) -> None:
+    def close(self, linger_ms: int = 1000, *, flush: bool = False) -> None:
+        """Close the sockets; queued replies (acks, the last WeightVersion) get up to `linger_ms`
+        to reach connected senders. ZeroMQ sends them from its I/O thread, which a process
+        exiting right away kills: `flush=True` waits for them by terminating the receiver's
+        context, for a process that is about to exit (the trainers' entry points) and owns
+        no other socket on it. A sender may still drop a reply it had not read when the
+        connection closes (measured: the last WeightVersion, sent ~1 ms before close, is
+        sometimes lost). Nothing depends on it: an unacked batch is resent and deduplicated,
+        and a restarted receiver announces the version again on the sender's hello."""
         self.spool.close()
-        self._socket.close(linger=0)
+        self._socket.close(linger=linger_ms)
         if self._tap is not None:
             self._tap.close(linger=0)
+        if flush:
+            self._context.term()
 
     # ------------------------------------------------------------ internals
 
