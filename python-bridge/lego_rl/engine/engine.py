@@ -141,11 +141,6 @@ class Engine:
         return len(self._running)
 
     @property
-    def running_request_ids(self) -> list[str]:
-        """Requests admitted into the batch (a failing step involved all of them)."""
-        return list(self._running)
-
-    @property
     def queued_request_ids(self) -> list[str]:
         """Requests waiting for admission, in FIFO order."""
         return [request.request_id for request in self._waiting]

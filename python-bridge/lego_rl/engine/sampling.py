@@ -41,8 +41,14 @@ def choose_tokens(logits_RV: torch.Tensor, params: list[SamplingParams], generat
     """
     R = logits_RV.shape[0]
     logits32_RV = logits_RV.float()
-    chosen = torch.argmax(logits32_RV, dim=-1)  # the greedy rows' answer; sampled rows overwrite below
     sampled = [r for r in range(R) if params[r].temperature != 0]
+    greedy = [r for r in range(R) if params[r].temperature == 0]
+    chosen = torch.empty(R, dtype=torch.int64, device=logits_RV.device)
+    if len(greedy) == R:
+        chosen = torch.argmax(logits32_RV, dim=-1)  # all greedy: one pass, no row copy
+    elif greedy:
+        rows_G = torch.tensor(greedy, device=logits_RV.device)
+        chosen[rows_G] = torch.argmax(logits32_RV[rows_G], dim=-1)
     if sampled:
         rows_S = torch.tensor(sampled, device=logits_RV.device)
         temps_S1 = torch.tensor([[params[r].temperature] for r in sampled], device=logits_RV.device)

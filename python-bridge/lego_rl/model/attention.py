@@ -28,6 +28,12 @@ from torch import nn
 from .config import Config
 
 
+def rms_normalized(x_xD: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) over the last axis, computed in fp32 and cast back (before any weight)."""
+    x32 = x_xD.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x_xD.dtype)
+
+
 class RMSNorm(nn.Module):
     """y = w * (x / sqrt(mean(x^2) + eps)), normalised in fp32 like HF Qwen3MoeRMSNorm."""
 
@@ -37,9 +43,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x_xD: torch.Tensor) -> torch.Tensor:
-        x32 = x_xD.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x_xD.dtype)
+        return self.weight * rms_normalized(x_xD, self.eps)
 
 
 def rope_cos_sin(
@@ -314,11 +318,9 @@ class Attention(nn.Module):
         w = torch.cat((self.q_proj.weight, self.k_proj.weight, self.v_proj.weight))
         b = None if self.q_proj.bias is None else torch.cat((self.q_proj.bias, self.k_proj.bias, self.v_proj.bias))
         qkv_TND = F.linear(x_TD, w, b).view(T, H + 2 * G, Dh)
-        qk_TNDh = qkv_TND[:, : H + G]
-        x32 = qk_TNDh.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.q_norm.eps)
+        # q_norm and k_norm share eps (config.rms_norm_eps); each keeps its own weight.
         norm_weight_NDh = torch.cat((self.q_norm.weight.expand(H, Dh), self.k_norm.weight.expand(G, Dh)))
-        qk_TNDh = _apply_rope(norm_weight_NDh * x32.to(qk_TNDh.dtype), cos_TDh, sin_TDh)
+        qk_TNDh = _apply_rope(norm_weight_NDh * rms_normalized(qkv_TND[:, : H + G], self.q_norm.eps), cos_TDh, sin_TDh)
         return qk_TNDh[:, :H], qk_TNDh[:, H:], qkv_TND[:, H + G :]
 
     def _expand_kv(self, kv_xGSDh: torch.Tensor) -> torch.Tensor:
