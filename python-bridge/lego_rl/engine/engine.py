@@ -147,12 +147,16 @@ class Engine:
 
     # ---- weights --------------------------------------------------------------------
 
-    def update_weights(self, tensors: Mapping[str, torch.Tensor], version: int) -> None:
-        """Load a full HF-named state dict (either expert layout) and move to `version`."""
+    def update_weights(self, tensors: Mapping[str, torch.Tensor], version: int, *, source: str | Path | None = None) -> None:
+        """Load a full HF-named state dict (either expert layout) and move to `version`.
+
+        Every tensor is checked (names, shapes, floating point) before any is copied, so a
+        refused update leaves the weights as they were. `source` names them in errors.
+        """
         if version <= self.policy_version:
             raise WeightUpdateError(f"policy version must increase: have {self.policy_version}, got {version}")
         try:
-            load_state(self.model, dict(tensors), source=Path(f"<weights v{version}>"))
+            load_state(self.model, dict(tensors), source=Path(source if source is not None else f"<weights v{version}>"))
         except CheckpointError as err:
             raise WeightUpdateError(str(err)) from err
         self.policy_version = version

@@ -54,7 +54,7 @@ from lego_rl.schema.generated import (
     UpdateWeights,
     WeightsUpdated,
 )
-from lego_rl.model.checkpoint import CheckpointError, safetensors_files, fuse_experts, read_config
+from lego_rl.model.checkpoint import CheckpointError, read_config, safetensors_files
 from lego_rl.model.config import ConfigError
 
 from .engine import Engine, EngineConfig
@@ -251,8 +251,8 @@ class EngineServer:
             self._error(peer, "weight_update", f"update {rid!r} to v{version}: {detail}", request_id=rid, bad_field="path")
             return
         try:
-            self.engine.update_weights(tensors, version)
-        except WeightUpdateError as error:  # checked above already; kept for an engine that checks more
+            self.engine.update_weights(tensors, version, source=update.path)
+        except WeightUpdateError as error:  # tensors that do not fit the served model; nothing was copied
             self._error(peer, "weight_update", f"update {rid!r} to v{version}: {error}", request_id=rid, bad_field="path")
             return
         self.stats["weight_updates"] += 1
@@ -319,12 +319,12 @@ def result_message(request_id: str, result: GenerationResult) -> GenerateResult:
 
 
 def read_weights_dir(path: str | Path, model: torch.nn.Module, version: int) -> dict[str, torch.Tensor]:
-    """The tensors of a Hugging Face-layout weights folder, checked against `model`; WeightUpdateError says what does not fit.
+    """The tensors of a Hugging Face-layout weights folder; WeightUpdateError says what is wrong with it.
 
     Either expert layout (per expert or fused) and sharded folders (model.safetensors.index.json)
     load. A `weight_version.json` (DiskWeightPublisher's manifest) must declare `version`, and a
-    `config.json` must describe the served architecture. Names and shapes are checked here, in
-    full, because `Engine.update_weights` copies tensor by tensor and would stop half way.
+    `config.json` must describe the served architecture of `model`. Whether the tensors fit
+    (names, shapes, dtypes) is checked by `Engine.update_weights` before it copies any.
     """
     folder = Path(path)
     if not folder.is_dir():
@@ -351,25 +351,15 @@ def read_weights_dir(path: str | Path, model: torch.nn.Module, version: int) -> 
     try:
         for file in safetensors_files(folder):
             tensors.update(load_file(file))
-        fused = fuse_experts(tensors, config.num_experts)
     except CheckpointError as error:
         raise WeightUpdateError(str(error)) from error
     except (OSError, SafetensorError, ValueError) as error:
         raise WeightUpdateError(f"{folder}: cannot read the safetensors ({error})") from error
     except KeyError as error:
         raise WeightUpdateError(f"{folder}: {error.args[0]}") from error
-    expected = dict(model.named_parameters())
-    if config.tie_word_embeddings:
-        fused.pop("lm_head.weight", None)
-    missing, unexpected = sorted(set(expected) - set(fused)), sorted(set(fused) - set(expected))
-    if missing or unexpected:
-        raise WeightUpdateError(f"{folder}: missing tensors {missing[:8]}; unexpected tensors {unexpected[:8]}")
-    for name, param in expected.items():
-        if tuple(fused[name].shape) != tuple(param.shape):
-            raise WeightUpdateError(f"{folder}: {name} has shape {tuple(fused[name].shape)}, the served model {tuple(param.shape)}")
-        if not fused[name].dtype.is_floating_point:
-            raise WeightUpdateError(f"{folder}: {name} is {fused[name].dtype}, not a floating-point tensor")
-    return fused
+    # Names, expert layout, shapes and dtypes are checked by Engine.update_weights
+    # (checkpoint.load_state) before it copies anything.
+    return tensors
 
 
 def _salvage_request_id(body: Any) -> str | None:

@@ -108,10 +108,12 @@ def load_state(model: MoeForCausalLM, tensors: dict[str, torch.Tensor], *, sourc
     unexpected = sorted(set(tensors) - set(expected))
     if missing or unexpected:
         raise CheckpointError(source, f"missing tensors {missing[:8]}; unexpected tensors {unexpected[:8]}")
-    # Every shape is checked before any copy, so a refused state leaves the model untouched.
+    # Every tensor is checked before any copy, so a refused state leaves the model untouched.
     for name, p in expected.items():
         if tensors[name].shape != p.shape:
             raise CheckpointError(source, f"{name} has shape {tuple(tensors[name].shape)}, model expects {tuple(p.shape)}")
+        if not tensors[name].dtype.is_floating_point:
+            raise CheckpointError(source, f"{name} is {tensors[name].dtype}, not a floating-point tensor")
     with torch.no_grad():
         for name, p in expected.items():
             p.copy_(tensors[name])
