@@ -9,10 +9,10 @@
    layer over the pool (shorter sequences masked), prefills per sequence. Masked keys weigh
    exactly 0 and the dense/expert math is row-wise, so batch neighbours change a request's
    logits only by rounding (~1e-7; CPU kernels differ by row count). Each request samples from its own seeded
-   torch.Generator, so a seed reproduces a completion under any load.
+   uniform stream, so a seed reproduces a completion under any load.
    Requests admitted in the same step with an identical prompt (a GRPO group's G copies)
    prefill it once; the others copy its keys, routing rows and first-token logits, then
-   sample with their own generators.
+   sample from their own streams.
 4. Single-threaded: the network layer calls submit/abort/update_weights/step from one
    loop; `update_weights` between steps bumps the policy version, and tokens sampled
    afterwards carry the new version (in-flight caches keep the keys already computed).
@@ -32,7 +32,7 @@ import torch
 from lego_rl.model import KVCache, KVPool, MoeForCausalLM, load_model
 from lego_rl.model.checkpoint import CheckpointError, load_state
 
-from .sampling import choose_tokens, raw_logprobs
+from .sampling import UniformStream, choose_tokens, raw_logprobs
 from .types import (
     FinishReason,
     GenerationRequest,
@@ -76,7 +76,7 @@ class EngineConfig:
 class _Sequence:
     request: GenerationRequest
     cache: KVCache
-    generator: torch.Generator
+    uniforms: UniformStream
     seed: int
     budget: int
     """Completion tokens allowed: max_tokens clamped to the context left."""
@@ -170,7 +170,7 @@ class Engine:
         return _Sequence(
             request=req,
             cache=self._kv.open(),
-            generator=torch.Generator(device=self.config.device).manual_seed(seed),
+            uniforms=UniformStream(seed, self.config.device),
             seed=seed,
             budget=budget,
             pending=list(req.prompt_token_ids),
@@ -254,7 +254,7 @@ class Engine:
         if not sampling:
             return {}
         tokens = choose_tokens(
-            logits_RV, [seqs[i].request.sampling for i in sampling], [seqs[i].generator for i in sampling]
+            logits_RV, [seqs[i].request.sampling for i in sampling], [seqs[i].uniforms for i in sampling]
         )
         return dict(zip(sampling, tokens))
 
