@@ -9,7 +9,12 @@ beta 0), one optimizer step per batch, fp32 on CPU.
            steps, and syncs weights back to the engine.
   TRL:     GRPOTrainer with importance_sampling_level="sequence" on
            transformers' Qwen3MoeForCausalLM loaded from the same directory.
-Step time is the median over the measured steps after warm-up. The last line is JSON.
+The two sides alternate in blocks of --block steps (lego-rl's block runs from a callback
+after each TRL block, outside TRL's timing), so both see the same background load: on a
+shared machine, measuring one whole side after the other swung the ratio by +-40%.
+Blocks rather than single steps keep each side's weights warm in the caches, as they are
+in a process that only trains. Step time is the median over the measured
+steps after warm-up. The last line is JSON.
 """
 
 from __future__ import annotations
@@ -42,42 +47,56 @@ def _lowercase_share(completion: str) -> float:
     return sum("a" <= c <= "z" for c in completion) / max(1, len(completion.encode()))
 
 
-def bench_lego(model_dir: Path, steps: int, warmup: int) -> dict[str, float]:
-    trainer = load_model(model_dir)
-    engine = Engine(load_model(model_dir), EngineConfig(dtype="float32"))
-    updater = PolicyUpdater(trainer, StepConfig(lr=LR))
-    task = ToyTask(prompts=tuple(tuple(p.encode()) for p in PROMPTS), target_token_ids=LOWERCASE, group_size=GROUP,
-                   max_tokens=MAX_TOKENS)
-    config = trainer.config
-    full, update, tokens = [], [], []
-    for step in range(warmup + steps):
+class LegoSteps:
+    """The lego-rl side: one full step (sample, ship as Arrow, update, sync) per call."""
+
+    def __init__(self, model_dir: Path) -> None:
+        self.trainer = load_model(model_dir)
+        self.engine = Engine(load_model(model_dir), EngineConfig(dtype="float32"))
+        self.updater = PolicyUpdater(self.trainer, StepConfig(lr=LR))
+        self.task = ToyTask(prompts=tuple(tuple(p.encode()) for p in PROMPTS), target_token_ids=LOWERCASE,
+                            group_size=GROUP, max_tokens=MAX_TOKENS)
+        self.full: list[float] = []
+        self.update: list[float] = []
+        self.tokens: list[int] = []
+
+    def step(self) -> None:
+        step = len(self.full)
+        config = self.trainer.config
         started = time.perf_counter()
-        data, _ = rollout_batch(engine, task, step)
+        data, _ = rollout_batch(self.engine, self.task, step)
         trajectories = trajectories_of([decode_batch(data)])
         advantages = group_advantages([outcome_of(t) for t in trajectories.values()])
         update_started = time.perf_counter()
+        tokens = 0
         if advantages.trajectory_ids:
             packed = pack_step(trajectories, advantages, layers=len(config.moe_layers), top_k=config.num_experts_per_tok)
-            updater.update(packed)
-            engine.update_weights(trainer.state_dict(), step + 1)
-            tokens.append(packed.num_tokens)
+            self.updater.update(packed)
+            self.engine.update_weights(self.trainer.state_dict(), step + 1)
+            tokens = packed.num_tokens
         done = time.perf_counter()
-        if step >= warmup:
-            full.append(done - started)
-            update.append(done - update_started)
-    return {
-        "step_s": statistics.median(full),
-        "update_s": statistics.median(update),
-        "tokens_per_s": sum(tokens[-steps:]) / sum(update),
-    }
+        self.full.append(done - started)
+        self.update.append(done - update_started)
+        self.tokens.append(tokens)
+
+    def summary(self, warmup: int) -> dict[str, float]:
+        update = self.update[warmup:]
+        return {
+            "step_s": statistics.median(self.full[warmup:]),
+            "update_s": statistics.median(update),
+            "tokens_per_s": sum(self.tokens[warmup:]) / sum(update),
+        }
 
 
-def bench_trl(model_dir: Path, steps: int, warmup: int) -> dict[str, float]:
+def bench_interleaved(model_dir: Path, steps: int, warmup: int, block: int) -> tuple[dict[str, float], dict[str, float]]:
+    """(lego-rl, TRL) figures; a block of lego-rl steps runs after each block of TRL steps."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    class StepTimer(TrainerCallback):
+    lego = LegoSteps(model_dir)
+
+    class Alternate(TrainerCallback):
         def __init__(self) -> None:
             self.times: list[float] = []
             self._start = 0.0
@@ -87,11 +106,14 @@ def bench_trl(model_dir: Path, steps: int, warmup: int) -> dict[str, float]:
 
         def on_step_end(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
             self.times.append(time.perf_counter() - self._start)
+            if len(self.times) % block == 0 or len(self.times) == warmup + steps:
+                while len(lego.full) < len(self.times):
+                    lego.step()
 
     def reward(completions: list[str], **kwargs: object) -> list[float]:
         return [_lowercase_share(c) for c in completions]
 
-    timer = StepTimer()
+    timer = Alternate()
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(
             output_dir=out, use_cpu=True, bf16=False, fp16=False, report_to=[], save_strategy="no", logging_steps=10_000,
@@ -109,23 +131,22 @@ def bench_trl(model_dir: Path, steps: int, warmup: int) -> dict[str, float]:
             callbacks=[timer],
         )
         trainer.train()
-    measured = timer.times[warmup:]
-    return {"step_s": statistics.median(measured)}
+    return lego.summary(warmup), {"step_s": statistics.median(timer.times[warmup:])}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lego_rl.trainer.bench", description=__doc__)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--block", type=int, default=5, help="steps each side runs before the other takes over")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = write_tiny_model(Path(tmp) / "tiny", tokenizer="bytes", seed=0)
-        ours = bench_lego(model_dir, args.steps, args.warmup)
+        ours, trl = bench_interleaved(model_dir, args.steps, args.warmup, args.block)
         print(f"lego-rl  GSPO step {ours['step_s'] * 1000:.0f} ms (update {ours['update_s'] * 1000:.0f} ms, "
               f"{ours['tokens_per_s']:.0f} tokens/s in the update)", flush=True)
-        trl = bench_trl(model_dir, args.steps, args.warmup)
         print(f"TRL      GRPOTrainer(importance_sampling_level='sequence') step {trl['step_s'] * 1000:.0f} ms", flush=True)
     print(json.dumps({
         "bench": "trainer",
