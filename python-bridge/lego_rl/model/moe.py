@@ -16,8 +16,10 @@ Design:
 3. Each token's expert outputs are summed in expert-id order, as HF does.
 4. A handful of tokens (a decode step) runs every expert on every token in two GEMMs and
    weighs the unchosen ones by exactly 0 (`all_experts_swiglu`): past a few experts, one
-   small GEMM per expert costs more in dispatch than the wasted FLOPs. The choice is by
-   size only, never by whether routing is replayed, so replay stays bit-exact.
+   small GEMM per expert costs more in dispatch than the wasted FLOPs. A few dozen tokens
+   (batched decode) place their copies straight into per-expert slots and run two batched
+   GEMMs (`slotted_swiglu`), without sorting. The choice is by size only, never by whether
+   routing is replayed, so replay stays bit-exact.
 """
 
 from __future__ import annotations
@@ -152,6 +154,38 @@ def all_experts_swiglu(
     return (w_TE.t()[:, :, None] * y_ETD).sum(0)
 
 
+def slotted_swiglu(
+    x_TD: torch.Tensor, idx_TK: torch.Tensor, w_TK: torch.Tensor, w_gate_up_EFD: torch.Tensor, w_down_EDF: torch.Tensor
+) -> torch.Tensor | None:
+    """Sum over chosen experts of w * SwiGLU_e(x), each copy in a slot of its expert's padded group.
+
+    Copy (t, k) goes to row `rank` of expert idx[t, k]'s group (its rank among that
+    expert's copies, in token order), so no sort and no scatter-add are needed: the same
+    values as dispatch + `padded_swiglu` + index_add, summed per token in expert-id order.
+    Returns None when the busiest expert has too many rows for padding to pay
+    (`_PADDED_MAX_MACS_PER_EXPERT`); the caller then groups by sorting.
+    """
+    T, D = x_TD.shape
+    E, ffn, K = w_down_EDF.shape[0], w_down_EDF.shape[2], idx_TK.shape[1]
+    # Expert-id order within each token, as HF sums (a no-op for the order of two terms).
+    idx_TK, order_TK = torch.sort(idx_TK, dim=1)
+    w_TK = w_TK.gather(1, order_TK)
+    onehot_NE = F.one_hot(idx_TK.reshape(-1), E)
+    C = int(onehot_NE.sum(0).max())
+    if C * 3 * ffn * D > _PADDED_MAX_MACS_PER_EXPERT:
+        return None
+    rank_N = (onehot_NE.cumsum(0) * onehot_NE).sum(1) - 1
+    slot_N = idx_TK.reshape(-1) * C + rank_N
+    x_ECD = x_TD.new_zeros(E * C, D).index_copy(0, slot_N, x_TD.repeat_interleave(K, 0)).view(E, C, D)
+    gate_ECF, up_ECF = torch.bmm(x_ECD, w_gate_up_EFD.transpose(1, 2)).chunk(2, dim=-1)
+    y_ECD = torch.bmm(F.silu(gate_ECF) * up_ECF, w_down_EDF.transpose(1, 2))
+    y_TKD = y_ECD.reshape(E * C, D).index_select(0, slot_N).view(T, K, D) * w_TK[:, :, None]
+    y_TD = y_TKD[:, 0]
+    for k in range(1, K):  # left to right, like index_add over the expert-sorted copies
+        y_TD = y_TD + y_TKD[:, k]
+    return y_TD
+
+
 class Router(nn.Module):
     """Linear scores over experts; parameter `weight` [E, D] is HF's `mlp.gate.weight`."""
 
@@ -214,10 +248,13 @@ class MoeBlock(nn.Module):
         elif prefers_all_experts(x_TD.shape[0], self.num_experts, self.top_k, down.shape[2], down.shape[1]):
             y_TD = all_experts_swiglu(x_TD, idx_TK, w_TK, gate_up, down)
         else:
-            order_N, token_N, counts = dispatch(idx_TK, self.num_experts)
-            y_ND = grouped_swiglu(x_TD[token_N], counts, gate_up, down)
-            y_ND = y_ND * w_TK.reshape(-1)[order_N, None]
-            y_TD = torch.zeros_like(x_TD).index_add_(0, token_N, y_ND)
+            slotted_TD = slotted_swiglu(x_TD, idx_TK, w_TK, gate_up, down)
+            if slotted_TD is not None:
+                y_TD = slotted_TD
+            else:
+                order_N, token_N, counts = dispatch(idx_TK, self.num_experts)
+                y_ND = looped_swiglu(x_TD[token_N], counts, gate_up, down) * w_TK.reshape(-1)[order_N, None]
+                y_TD = torch.zeros_like(x_TD).index_add_(0, token_N, y_ND)
         if self.shared_expert is not None:
             y_TD = y_TD + torch.sigmoid(self.shared_expert_gate(x_TD)) * self.shared_expert(x_TD)
         return y_TD, idx_TK

@@ -110,3 +110,27 @@ def test_padded_experts_equal_one_gemm_per_expert_with_gradients():
     grads = [torch.autograd.grad(y.square().sum(), (x_ND, gate_up, down)) for y in (looped, padded)]
     for a, b in zip(*grads):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_slotted_experts_equal_the_sorted_grouping_bit_for_bit_with_gradients():
+    from lego_rl.model.moe import slotted_swiglu
+
+    gen = torch.Generator().manual_seed(2)
+    E, F_, D = 8, 16, 32
+    gate_up = (0.1 * torch.randn(E, 2 * F_, D, generator=gen)).requires_grad_()
+    down = (0.1 * torch.randn(E, D, F_, generator=gen)).requires_grad_()
+    for T, K in ((32, 2), (20, 4)):  # K = 4: the per-token sum must still run in expert-id order
+        x_TD = torch.randn(T, D, generator=gen, requires_grad=True)
+        idx_TK = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(T)])
+        w_TK = torch.rand(T, K, generator=gen)
+        order_N, token_N, counts = dispatch(idx_TK, E)
+        sorted_TD = torch.zeros(T, D).index_add_(
+            0, token_N, padded_swiglu(x_TD[token_N], counts, gate_up, down) * w_TK.reshape(-1)[order_N, None]
+        )
+        slotted_TD = slotted_swiglu(x_TD, idx_TK, w_TK, gate_up, down)
+        assert slotted_TD is not None and torch.equal(slotted_TD, sorted_TD)
+        grads = [torch.autograd.grad(y.square().sum(), (x_TD, gate_up, down)) for y in (sorted_TD, slotted_TD)]
+        for a, b in zip(*grads):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+    busy = torch.zeros(4096, 2, dtype=torch.int64)  # every copy on one expert: padding would not pay
+    assert slotted_swiglu(torch.zeros(4096, D), busy, torch.ones(4096, 2), gate_up, down) is None
