@@ -5,7 +5,7 @@
  * and a receiver must hold a whole message before it can ack it.
  * A single trajectory larger than the limit travels alone.
  */
-import { PayloadPool, ScratchArena, frameInto } from "./ipc-frame.ts";
+import { PayloadPool, ScratchArena, collectFrame } from "./ipc-frame.ts";
 import {
   SCHEMA_VERSION, recordBatchOf, routingPerToken, type BatchHeader, type RoutingShape, type Trajectory,
 } from "../schema/index.ts";
@@ -64,12 +64,49 @@ export interface BatchIdentity {
   readonly seq: number;
 }
 
+/** A batch's header and its IPC stream, framed but not yet copied anywhere. */
+export interface FramedBatch {
+  readonly header: BatchHeader;
+  /** Copies the IPC stream (header.payload_bytes bytes) into target[0, payload_bytes). */
+  readonly writeTo: (target: Uint8Array) => void;
+}
+
 /**
- * Encodes one group as an Arrow IPC stream (schema/arrow-encode.ts) with the header that precedes it.
+ * Frames one group as an Arrow IPC stream (schema/arrow-encode.ts) with the header that
+ * precedes it and hands it to `use`, which copies it where it must go (a pooled buffer,
+ * a spool file's mapped pages) before `scratch` is reset.
  * `validate` re-runs the schema checks here; off by default because the receiver validates
  * every batch anyway (vectorised) and a full JS scan of the routing ids costs more than the
  * encoding itself (~60 ms per 32k-token, 48 x top-8 trajectory on the 2-core VM).
  */
+export function frameTrajectoryBatch<T>(
+  rows: readonly Trajectory[],
+  routing: RoutingShape | null,
+  identity: BatchIdentity,
+  validate: boolean,
+  scratch: ScratchArena,
+  use: (batch: FramedBatch) => T,
+): T {
+  try {
+    const frame = collectFrame(recordBatchOf("Trajectory", rows, routing, { validate, scratch: scratch.take }));
+    const header: BatchHeader = {
+      kind: "batch",
+      batch_id: identity.batchId,
+      producer_id: identity.producerId,
+      seq: identity.seq,
+      schema_version: SCHEMA_VERSION,
+      created_at_ms: Date.now(),
+      num_trajectories: rows.length,
+      num_tokens: rows.reduce((n, t) => n + trajectoryTokens(t), 0),
+      payload_bytes: frame.length,
+    };
+    return use({ header, writeTo: (target) => frame.writeTo(target) });
+  } finally {
+    scratch.reset();
+  }
+}
+
+/** `frameTrajectoryBatch` into a buffer of its own (from `pool`). */
 export function encodeTrajectoryBatch(
   rows: readonly Trajectory[],
   routing: RoutingShape | null,
@@ -78,22 +115,9 @@ export function encodeTrajectoryBatch(
   pool: PayloadPool = new PayloadPool(0),
   scratch: ScratchArena = new ScratchArena(),
 ): EncodedBatch {
-  let payload: Uint8Array;
-  try {
-    payload = frameInto(recordBatchOf("Trajectory", rows, routing, { validate, scratch: scratch.take }), pool);
-  } finally {
-    scratch.reset();
-  }
-  const header: BatchHeader = {
-    kind: "batch",
-    batch_id: identity.batchId,
-    producer_id: identity.producerId,
-    seq: identity.seq,
-    schema_version: SCHEMA_VERSION,
-    created_at_ms: Date.now(),
-    num_trajectories: rows.length,
-    num_tokens: rows.reduce((n, t) => n + trajectoryTokens(t), 0),
-    payload_bytes: payload.length,
-  };
-  return { header, payload };
+  return frameTrajectoryBatch(rows, routing, identity, validate, scratch, ({ header, writeTo }) => {
+    const payload = pool.acquire(header.payload_bytes);
+    writeTo(payload);
+    return { header, payload };
+  });
 }

@@ -53,17 +53,34 @@ export class PayloadPool {
   }
 }
 
-/** Frames one record batch as an IPC stream into a buffer from `pool`. */
-export function frameInto(batch: RecordBatch, pool: PayloadPool): Uint8Array {
+/** One record batch framed as an IPC stream, not yet joined: its length, and a copy into any target. */
+export interface CollectedFrame {
+  readonly length: number;
+  /** Writes the stream's bytes to target[0, length); the chunks may view scratch memory, so call it before that is reset. */
+  writeTo(target: Uint8Array): void;
+}
+
+export function collectFrame(batch: RecordBatch): CollectedFrame {
   const writer = new ChunkCollector();
   writer.write(batch);
   writer.finish();
-  const out = pool.acquire(writer.length);
-  let at = 0;
-  for (const chunk of writer.chunks) {
-    out.set(chunk, at);
-    at += chunk.length;
-  }
+  return {
+    length: writer.length,
+    writeTo(target: Uint8Array): void {
+      let at = 0;
+      for (const chunk of writer.chunks) {
+        target.set(chunk, at);
+        at += chunk.length;
+      }
+    },
+  };
+}
+
+/** Frames one record batch as an IPC stream into a buffer from `pool`. */
+export function frameInto(batch: RecordBatch, pool: PayloadPool): Uint8Array {
+  const frame = collectFrame(batch);
+  const out = pool.acquire(frame.length);
+  frame.writeTo(out);
   return out;
 }
 

@@ -24,7 +24,7 @@ import { Dealer } from "zeromq";
 import {
   decodeControl, encodeControl, type BatchHeader, type ControlMessage, type RoutingShape, type Trajectory, type WeightVersion,
 } from "../schema/index.ts";
-import { DEFAULT_MAX_BATCH_BYTES, encodeTrajectoryBatch, planBatches } from "./batcher.ts";
+import { DEFAULT_MAX_BATCH_BYTES, frameTrajectoryBatch, planBatches } from "./batcher.ts";
 import { SenderClosedError, TransportTimeoutError } from "./errors.ts";
 import { PayloadPool, ScratchArena } from "./ipc-frame.ts";
 import { Spool, type SpoolEntry } from "./spool.ts";
@@ -170,9 +170,17 @@ export class Sender {
       await this.waitFor(() => this.unacked < this.maxUnacked);
       const seq = this.seq++;
       const batchId = `${this.config.producerId}-${seq}-${randomBytes(3).toString("hex")}`;
-      const { header, payload } = encodeTrajectoryBatch(rows, routing, { batchId, producerId: this.config.producerId, seq }, this.config.validate ?? false, this.pool, this.scratch);
-      this.spoolAndQueue(header, payload, true);
-      headers.push(header);
+      const identity = { batchId, producerId: this.config.producerId, seq };
+      const spooled = frameTrajectoryBatch(rows, routing, identity, this.config.validate ?? false, this.scratch, ({ header, writeTo }) => {
+        // Straight into the spool file's mapped pages when the native mapping is there; else via a pooled buffer.
+        const inPlace = this.spool.appendInPlace(header, writeTo);
+        if (inPlace) return { ...inPlace, pooled: false };
+        const payload = this.pool.acquire(header.payload_bytes);
+        writeTo(payload);
+        return { entry: this.spool.append(header, payload), payload, pooled: true };
+      });
+      this.queueSpooled(spooled.entry, spooled.payload, spooled.pooled);
+      headers.push(spooled.entry.header);
     }
     return headers;
   }
@@ -193,11 +201,17 @@ export class Sender {
     if (this.closed) return;
     this.closed = true;
     this.socket.close();
+    this.spool.close();
     this.notify();
   }
 
-  private spoolAndQueue(header: BatchHeader, payload: Uint8Array, pooled = false): void {
-    const entry = this.spool.append(header, payload);
+  private spoolAndQueue(header: BatchHeader, payload: Uint8Array): void {
+    this.queueSpooled(this.spool.append(header, payload), payload, false);
+  }
+
+  /** `payload` is a pool buffer (`pooled`), the spool file's mapped pages, or the caller's. */
+  private queueSpooled(entry: SpoolEntry, payload: Uint8Array, pooled: boolean): void {
+    const header = entry.header;
     this.counters.spooled += 1;
     this.emit({ type: "spooled", batch_id: header.batch_id, num_trajectories: header.num_trajectories, payload_bytes: header.payload_bytes });
     this.enqueue(entry, encodeControl(header), payload, pooled);

@@ -31,7 +31,7 @@ export function spoolPrefix(header: Uint8Array): Uint8Array {
   return prefix;
 }
 
-function fsyncDir(dir: string): void {
+export function fsyncDir(dir: string): void {
   const fd = openSync(dir, "r");
   try {
     fsyncSync(fd);

@@ -5,12 +5,18 @@
  *   DIR/<seq>-<batch_id>.lgrb      batches awaiting an ack
  *   DIR/quarantine/<name>.lgrb     batches the receiver refused, with <name>.reason.json
  *   DIR/free/<n>.reuse             acked files kept to be written over (page-cache reuse)
+ *
+ * With the native mapping (mapped-file.ts), `appendInPlace` writes a framed
+ * batch straight into the spool file's mapped pages (one copy instead of two)
+ * and returns a view of them for ZeroMQ to send. A file and its mapping stay
+ * together: acked, they go back to the free list as one slot.
  */
-import { closeSync, mkdirSync, openSync, readdirSync, readSync, rmSync, renameSync, writeFileSync } from "node:fs";
+import { closeSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readSync, rmSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { decodeControl, type BatchHeader } from "../schema/index.ts";
+import { decodeControl, encodeControl, type BatchHeader } from "../schema/index.ts";
 import { SpoolFormatError } from "./errors.ts";
-import { SPOOL_SUFFIX, readSpoolFile, writeSpoolFile, type SpoolFile } from "./spool-file.ts";
+import { fileMappingUnavailable, mapFile } from "./mapped-file.ts";
+import { SPOOL_SUFFIX, fsyncDir, readSpoolFile, spoolPrefix, writeSpoolFile, type SpoolFile } from "./spool-file.ts";
 
 export interface SpoolEntry {
   readonly header: BatchHeader;
@@ -44,11 +50,28 @@ function readHeader(path: string): BatchHeader {
   }
 }
 
+/** An open spool file mapped into memory: `view` covers `capacity` bytes, the file holds `size`. */
+interface MappedSlot {
+  path: string;
+  readonly fd: number;
+  readonly view: Uint8Array;
+  size: number;
+}
+
+/** Mappings grow in whole MiB with a quarter to spare, so batches of similar size reuse a slot. */
+function mappingCapacity(bytes: number): number {
+  return Math.ceil((bytes * 1.25) / (1 << 20)) * (1 << 20);
+}
+
 export class Spool {
   readonly quarantineDir: string;
   private readonly freeDir: string;
   private readonly free: string[];
   private freeSeq = 0;
+  /** Free files that are mapped, ready to be written over. */
+  private readonly mappedFree: MappedSlot[] = [];
+  /** Spooled (unacked) batches written in place, by path. */
+  private readonly mappedBusy = new Map<string, MappedSlot>();
 
   constructor(
     readonly dir: string,
@@ -71,6 +94,66 @@ export class Spool {
     return { header, path };
   }
 
+  /**
+   * `append` without the intermediate buffer: `writeTo` copies the batch's
+   * payload (header.payload_bytes bytes) straight into the spool file's mapped
+   * pages, which are fsynced and renamed like any spool file. Returns the entry
+   * and a view of the payload, valid until the batch leaves the spool; null
+   * when file mapping is unavailable (then use `append`).
+   */
+  appendInPlace(header: BatchHeader, writeTo: (target: Uint8Array) => void): { entry: SpoolEntry; payload: Uint8Array } | null {
+    if (fileMappingUnavailable !== null) return null;
+    const path = join(this.dir, spoolFileName(header));
+    const prefix = spoolPrefix(encodeControl(header));
+    const size = prefix.length + header.payload_bytes;
+    const slot = this.mappedSlot(size);
+    try {
+      if (slot.size !== size) ftruncateSync(slot.fd, size); // the same size as last time: nothing to do
+      slot.size = size;
+      slot.view.set(prefix, 0);
+      const payload = slot.view.subarray(prefix.length, size);
+      writeTo(payload);
+      fsyncSync(slot.fd);
+      renameSync(slot.path, path);
+      slot.path = path;
+      fsyncDir(this.dir);
+      this.mappedBusy.set(path, slot);
+      return { entry: { header, path }, payload };
+    } catch (error) {
+      this.drop(slot);
+      throw error;
+    }
+  }
+
+  /** A mapped free file with room for `size` bytes: reused, remapped larger, or new. */
+  private mappedSlot(size: number): MappedSlot {
+    const index = this.mappedFree.findIndex((s) => s.view.length >= size);
+    if (index >= 0) return this.mappedFree.splice(index, 1)[0]!;
+    // Too small or none: remap a free file larger (its pages stay in the page cache) or start one.
+    const old = this.mappedFree.shift();
+    if (old) this.drop(old);
+    const path = old?.path ?? this.free.pop() ?? join(this.freeDir, `${process.pid}-${this.freeSeq++}.reuse`);
+    const fd = openSync(path, "a+"); // read-write, created if missing, never truncated
+    try {
+      return { path, fd, view: mapFile(fd, mappingCapacity(size))!, size: fstatSync(fd).size };
+    } catch (error) {
+      closeSync(fd);
+      throw error;
+    }
+  }
+
+  /** Forgets a slot: its descriptor closes now, its mapping when the last view of it is collected. */
+  private drop(slot: MappedSlot): void {
+    closeSync(slot.fd);
+  }
+
+  /** Closes the mapped files' descriptors (the files stay: unacked batches are resent after a restart). */
+  close(): void {
+    for (const slot of [...this.mappedFree, ...this.mappedBusy.values()]) this.drop(slot);
+    this.mappedFree.length = 0;
+    this.mappedBusy.clear();
+  }
+
   /** Batches awaiting an ack, oldest first. */
   list(): SpoolEntry[] {
     return readdirSync(this.dir)
@@ -88,6 +171,20 @@ export class Spool {
 
   /** The receiver holds the batch durably: it may leave the spool. */
   remove(entry: SpoolEntry): void {
+    const slot = this.mappedBusy.get(entry.path);
+    if (slot) {
+      this.mappedBusy.delete(entry.path);
+      if (this.mappedFree.length < this.keepFree) {
+        const target = join(this.freeDir, `${process.pid}-${this.freeSeq++}.reuse`);
+        renameSync(entry.path, target);
+        slot.path = target;
+        this.mappedFree.push(slot);
+      } else {
+        this.drop(slot);
+        rmSync(entry.path, { force: true });
+      }
+      return;
+    }
     if (this.free.length < this.keepFree) {
       // Out of the resend path by one atomic rename; the bytes are written over later.
       const target = join(this.freeDir, `${process.pid}-${this.freeSeq++}.reuse`);
@@ -100,6 +197,11 @@ export class Spool {
 
   /** The receiver refused the batch: keep the bytes, with the reason, out of the resend path. */
   quarantine(entry: SpoolEntry, reason: string): void {
+    const slot = this.mappedBusy.get(entry.path);
+    if (slot) {
+      this.mappedBusy.delete(entry.path);
+      this.drop(slot);
+    }
     const name = spoolFileName(entry.header);
     const target = join(this.quarantineDir, name);
     renameSync(entry.path, target);

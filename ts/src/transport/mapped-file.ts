@@ -1,0 +1,39 @@
+/**
+ * Shared, writable memory mappings of files (ts/native/mapped-file.c), so a
+ * framed batch is written once, straight into its spool file's pages, and
+ * ZeroMQ sends from those pages. Without the native module (no C compiler at
+ * set-up, or LEGO_TRANSPORT_NO_MMAP=1) `mapFile` returns null and the spool
+ * writes with write(), one more copy per batch.
+ */
+import { createRequire } from "node:module";
+import { fileURLToPath } from "node:url";
+
+const MODULE_PATH = fileURLToPath(new URL("../../native/build/mapped-file.node", import.meta.url));
+
+interface NativeMapping {
+  mapFile(fd: number, length: number): ArrayBuffer;
+}
+
+function load(): { native: NativeMapping | null; reason: string | null } {
+  if (process.env["LEGO_TRANSPORT_NO_MMAP"] === "1") return { native: null, reason: "LEGO_TRANSPORT_NO_MMAP=1" };
+  try {
+    return { native: createRequire(import.meta.url)(MODULE_PATH) as NativeMapping, reason: null };
+  } catch (error) {
+    return { native: null, reason: `${MODULE_PATH} not loadable (run scripts/setup): ${(error as Error).message.split("\n")[0]}` };
+  }
+}
+
+const loaded = load();
+
+/** Why file mapping is off, or null when it is on. */
+export const fileMappingUnavailable: string | null = loaded.reason;
+
+/**
+ * The first `length` bytes of the open file `fd`, mapped shared and writable
+ * (writes reach the file's page cache; fsync makes them durable). The length
+ * may run past the end of the file, but touching a page past it is a SIGBUS:
+ * callers size the file first. Null when mapping is unavailable.
+ */
+export function mapFile(fd: number, length: number): Uint8Array | null {
+  return loaded.native ? new Uint8Array(loaded.native.mapFile(fd, length)) : null;
+}

@@ -1,0 +1,73 @@
+/**
+ * The spool writes a framed batch either through a buffer (`append`) or straight
+ * into the file's mapped pages (`appendInPlace`); both leave the same bytes on disk.
+ */
+import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { decodeBatch, type RoutingShape } from "../schema/index.ts";
+import { encodeTrajectoryBatch } from "./batcher.ts";
+import { fileMappingUnavailable } from "./mapped-file.ts";
+import { Spool } from "./spool.ts";
+import { readSpoolFile } from "./spool-file.ts";
+import { replicate, syntheticTrajectory } from "./workload.ts";
+
+const routing: RoutingShape = { layers: 4, top_k: 2, num_experts: 8 };
+const batch = (seq: number, rows = 3) =>
+  encodeTrajectoryBatch(replicate(syntheticTrajectory("tpl", 500, routing), rows, `s${seq}`), routing, { batchId: `b-${seq}`, producerId: "w", seq });
+
+let dir: string;
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), "lgt-spool-"));
+});
+afterEach(() => {
+  vi.unstubAllEnvs();
+  vi.resetModules();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("Spool.appendInPlace", () => {
+  it("is available here (scripts/setup builds the native mapping)", () => {
+    expect(fileMappingUnavailable).toBeNull();
+  });
+
+  it("leaves the bytes append would, and hands out a view of the file's payload", () => {
+    const { header, payload } = batch(1);
+    const written = new Spool(join(dir, "a")).append(header, payload);
+    const spool = new Spool(join(dir, "b"));
+    const placed = spool.appendInPlace(header, (target) => target.set(payload))!;
+    expect(readFileSync(placed.entry.path).equals(readFileSync(written.path))).toBe(true);
+    expect(Buffer.from(placed.payload).equals(Buffer.from(payload))).toBe(true);
+    expect(decodeBatch(readSpoolFile(placed.entry.path).payload, "Trajectory").rows).toHaveLength(3);
+    spool.close();
+  });
+
+  it("writes the next batch over an acked one's file, growing or shrinking it to fit", () => {
+    const spool = new Spool(join(dir, "s"));
+    const first = batch(1, 4);
+    const a = spool.appendInPlace(first.header, (t) => t.set(first.payload))!;
+    const inode = statSync(a.entry.path).ino;
+    spool.remove(a.entry);
+    expect(readdirSync(join(dir, "s")).filter((n) => n.endsWith(".lgrb"))).toEqual([]);
+    for (const [seq, rows] of [[2, 2], [3, 5]] as const) {
+      const next = batch(seq, rows);
+      const b = spool.appendInPlace(next.header, (t) => t.set(next.payload))!;
+      expect(statSync(b.entry.path).ino).toBe(inode);
+      expect(readSpoolFile(b.entry.path).header).toEqual(next.header); // exact length: no stale tail
+      expect(decodeBatch(readSpoolFile(b.entry.path).payload, "Trajectory").rows.map((r) => r.trajectory_id)[0]).toBe(`s${seq}-0`);
+      spool.remove(b.entry);
+    }
+    spool.close();
+  });
+
+  it("returns null when mapping is switched off, and append still works", async () => {
+    vi.stubEnv("LEGO_TRANSPORT_NO_MMAP", "1");
+    vi.resetModules();
+    const fresh = await import("./spool.ts");
+    const { header, payload } = batch(1);
+    const spool = new fresh.Spool(join(dir, "off"));
+    expect(spool.appendInPlace(header, () => undefined)).toBeNull();
+    expect(readSpoolFile(spool.append(header, payload).path).header).toEqual(header);
+  });
+});
