@@ -76,7 +76,9 @@ async function runTransport(name: string, rows: Trajectory[], perSend: number, s
   const listening = await receiver.waitFor((e) => e.type === "listening");
   senderPeakRss = process.memoryUsage().rss;
   // As many unacked batches as the receiver grants credits: more would only queue (and add latency).
-  const sender = new Sender({ address: listening.address as string, spoolDir: fresh(`${name}-tx`), producerId: `bench-${name}`, maxUnackedBatches: 8 });
+  // One sender spool for every run, as a rollout worker keeps one: acked files (and
+  // their pages) from the warm-up are written over, not allocated afresh each run.
+  const sender = new Sender({ address: listening.address as string, spoolDir: join(root, "sender-spool"), producerId: `bench-${name}`, maxUnackedBatches: 8 });
   let bytes = 0;
   let batches = 0;
   const cpuBefore = process.cpuUsage();

@@ -71,3 +71,24 @@ describe("Spool.appendInPlace", () => {
     expect(readSpoolFile(spool.append(header, payload).path).header).toEqual(header);
   });
 });
+
+describe("free files", () => {
+  it("keep distinct names across spools of one directory in one process", () => {
+    // A restarted Sender in the same process (same pid) reopens the spool: its acked
+    // files must never be renamed onto a free file the other spool's slots still name.
+    const first = new Spool(join(dir, "shared"));
+    const second = new Spool(join(dir, "shared"));
+    for (let seq = 1; seq <= 12; seq++) {
+      const spool = seq % 2 ? first : second;
+      const { header, payload } = batch(seq, 1 + (seq % 3));
+      const placed = spool.appendInPlace(header, (t) => t.set(payload))!;
+      expect(readSpoolFile(placed.entry.path).header).toEqual(header);
+      expect(Buffer.from(readSpoolFile(placed.entry.path).payload).equals(Buffer.from(payload))).toBe(true);
+      spool.remove(placed.entry);
+    }
+    const free = readdirSync(join(dir, "shared", "free"));
+    expect(new Set(free).size).toBe(free.length);
+    first.close();
+    second.close();
+  });
+});

@@ -11,6 +11,7 @@
  * and returns a view of them for ZeroMQ to send. A file and its mapping stay
  * together: acked, they go back to the free list as one slot.
  */
+import { randomBytes } from "node:crypto";
 import { closeSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readSync, rmSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { decodeControl, encodeControl, type BatchHeader } from "../schema/index.ts";
@@ -67,7 +68,6 @@ export class Spool {
   readonly quarantineDir: string;
   private readonly freeDir: string;
   private readonly free: string[];
-  private freeSeq = 0;
   /** Free files that are mapped, ready to be written over. */
   private readonly mappedFree: MappedSlot[] = [];
   /** Spooled (unacked) batches written in place, by path. */
@@ -132,7 +132,7 @@ export class Spool {
     // Too small or none: remap a free file larger (its pages stay in the page cache) or start one.
     const old = this.mappedFree.shift();
     if (old) this.drop(old);
-    const path = old?.path ?? this.free.pop() ?? join(this.freeDir, `${process.pid}-${this.freeSeq++}.reuse`);
+    const path = old?.path ?? this.free.pop() ?? this.freeName();
     const fd = openSync(path, "a+"); // read-write, created if missing, never truncated
     try {
       return { path, fd, view: mapFile(fd, mappingCapacity(size))!, size: fstatSync(fd).size };
@@ -140,6 +140,15 @@ export class Spool {
       closeSync(fd);
       throw error;
     }
+  }
+
+  /**
+   * A name no other file in free/ has: a mapped slot is one inode, so renaming
+   * another file onto its name would make its later rename move the wrong file
+   * (a counter per Spool repeated names across spools of one process).
+   */
+  private freeName(): string {
+    return join(this.freeDir, `${process.pid}-${randomBytes(8).toString("hex")}.reuse`);
   }
 
   /** Forgets a slot: its descriptor closes now, its mapping when the last view of it is collected. */
@@ -175,7 +184,7 @@ export class Spool {
     if (slot) {
       this.mappedBusy.delete(entry.path);
       if (this.mappedFree.length < this.keepFree) {
-        const target = join(this.freeDir, `${process.pid}-${this.freeSeq++}.reuse`);
+        const target = this.freeName();
         renameSync(entry.path, target);
         slot.path = target;
         this.mappedFree.push(slot);
@@ -187,7 +196,7 @@ export class Spool {
     }
     if (this.free.length < this.keepFree) {
       // Out of the resend path by one atomic rename; the bytes are written over later.
-      const target = join(this.freeDir, `${process.pid}-${this.freeSeq++}.reuse`);
+      const target = this.freeName();
       renameSync(entry.path, target);
       this.free.push(target);
     } else {
