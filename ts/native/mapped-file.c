@@ -1,5 +1,6 @@
 /*
  * mapFile(fd, length) -> ArrayBuffer over a shared, writable mapping of the file.
+ * allocate(fd, length): reserve the file's blocks up to `length` (posix_fallocate).
  *
  * Why native: the sender's spool file is the batch's durable copy, and writing
  * a framed batch into it with write() copies every byte a second time (the
@@ -7,6 +8,9 @@
  * mapped pages makes that one copy; ZeroMQ then sends from the same pages.
  * Node has no mmap of its own. The mapping is released (munmap) when the
  * ArrayBuffer is garbage-collected; the file descriptor stays the caller's.
+ * A store into a mapped page the file system cannot back (disk or tmpfs full)
+ * is a SIGBUS, not an error, so callers reserve the blocks with allocate()
+ * first: a full disk then throws ENOSPC like write() would.
  */
 #define NAPI_VERSION 8
 #include <node_api.h>
@@ -14,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 
 static void unmap(napi_env env, void* data, void* length) {
@@ -49,9 +54,33 @@ static napi_value map_file(napi_env env, napi_callback_info info) {
   return buffer;
 }
 
+static napi_value allocate(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  int32_t fd;
+  int64_t length;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 2 ||
+      napi_get_value_int32(env, argv[0], &fd) != napi_ok || napi_get_value_int64(env, argv[1], &length) != napi_ok ||
+      fd < 0 || length <= 0) {
+    napi_throw_type_error(env, NULL, "allocate(fd, length) needs a file descriptor and a positive length");
+    return NULL;
+  }
+  int error = posix_fallocate(fd, 0, (off_t)length); /* returns the error number, does not set errno */
+  if (error != 0) {
+    char message[160];
+    snprintf(message, sizeof message, "%s: reserving %lld bytes of a spool file failed: %s",
+             error == ENOSPC ? "ENOSPC" : "EIO", (long long)length, strerror(error));
+    napi_throw_error(env, error == ENOSPC ? "ENOSPC" : "EIO", message);
+    return NULL;
+  }
+  return NULL;
+}
+
 NAPI_MODULE_INIT() {
   napi_value fn;
   if (napi_create_function(env, "mapFile", NAPI_AUTO_LENGTH, map_file, NULL, &fn) != napi_ok) return NULL;
   if (napi_set_named_property(env, exports, "mapFile", fn) != napi_ok) return NULL;
+  if (napi_create_function(env, "allocate", NAPI_AUTO_LENGTH, allocate, NULL, &fn) != napi_ok) return NULL;
+  if (napi_set_named_property(env, exports, "allocate", fn) != napi_ok) return NULL;
   return exports;
 }

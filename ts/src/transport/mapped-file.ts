@@ -12,6 +12,7 @@ const MODULE_PATH = fileURLToPath(new URL("../../native/build/mapped-file.node",
 
 interface NativeMapping {
   mapFile(fd: number, length: number): ArrayBuffer;
+  allocate(fd: number, length: number): void;
 }
 
 function load(): { native: NativeMapping | null; reason: string | null } {
@@ -36,4 +37,14 @@ export const fileMappingUnavailable: string | null = loaded.reason;
  */
 export function mapFile(fd: number, length: number): Uint8Array | null {
   return loaded.native ? new Uint8Array(loaded.native.mapFile(fd, length)) : null;
+}
+
+/**
+ * Reserves the file's blocks up to `length` (growing it if shorter). A store
+ * into a mapped page the file system cannot back is a SIGBUS, not an error,
+ * so the spool reserves first: a full disk then throws ENOSPC, as write() does.
+ */
+export function allocateFile(fd: number, length: number): void {
+  if (!loaded.native) throw new Error(`file mapping is unavailable: ${loaded.reason}`);
+  loaded.native.allocate(fd, length);
 }

@@ -92,3 +92,27 @@ describe("free files", () => {
     second.close();
   });
 });
+
+describe("a full file system", () => {
+  // Root only (CI runs as root): it mounts a 1 MiB tmpfs to fill up.
+  it.runIf(process.getuid?.() === 0)("refuses a batch with ENOSPC instead of crashing on a mapped page, and keeps working", () => {
+    const { execFileSync } = require("node:child_process") as typeof import("node:child_process");
+    const mount = join(dir, "tiny");
+    require("node:fs").mkdirSync(mount);
+    execFileSync("mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", mount]);
+    try {
+      const spool = new Spool(join(mount, "spool"));
+      const wide: RoutingShape = { layers: 48, top_k: 8, num_experts: 128 };
+      const big = encodeTrajectoryBatch([syntheticTrajectory("big", 8_000, wide)], wide, { batchId: "b-big", producerId: "w", seq: 1 }); // ~3 MB
+      expect(big.payload.length).toBeGreaterThan(1 << 20);
+      expect(() => spool.appendInPlace(big.header, (t) => t.set(big.payload))).toThrow(/ENOSPC/);
+      expect(readdirSync(join(mount, "spool")).filter((n) => n.endsWith(".lgrb"))).toEqual([]);
+      const small = encodeTrajectoryBatch(replicate(syntheticTrajectory("tpl", 20, routing), 1, "small"), routing, { batchId: "b-small", producerId: "w", seq: 2 });
+      const placed = spool.appendInPlace(small.header, (t) => t.set(small.payload))!;
+      expect(readSpoolFile(placed.entry.path).header).toEqual(small.header);
+      spool.close();
+    } finally {
+      execFileSync("umount", ["-l", mount]);
+    }
+  });
+});

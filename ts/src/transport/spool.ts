@@ -16,7 +16,7 @@ import { closeSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, re
 import { join } from "node:path";
 import { decodeControl, encodeControl, type BatchHeader } from "../schema/index.ts";
 import { SpoolFormatError } from "./errors.ts";
-import { fileMappingUnavailable, mapFile } from "./mapped-file.ts";
+import { allocateFile, fileMappingUnavailable, mapFile } from "./mapped-file.ts";
 import { SPOOL_SUFFIX, fsyncDir, readSpoolFile, spoolPrefix, writeSpoolFile, type SpoolFile } from "./spool-file.ts";
 
 export interface SpoolEntry {
@@ -108,7 +108,9 @@ export class Spool {
     const size = prefix.length + header.payload_bytes;
     const slot = this.mappedSlot(size);
     try {
-      if (slot.size !== size) ftruncateSync(slot.fd, size); // the same size as last time: nothing to do
+      // The same size as last time: nothing to do. Growing reserves the blocks (full disk: ENOSPC, not SIGBUS).
+      if (size > slot.size) allocateFile(slot.fd, size);
+      else if (size < slot.size) ftruncateSync(slot.fd, size);
       slot.size = size;
       slot.view.set(prefix, 0);
       const payload = slot.view.subarray(prefix.length, size);
