@@ -167,13 +167,16 @@ def slotted_swiglu(
     """
     T, D = x_TD.shape
     E, ffn, K = w_down_EDF.shape[0], w_down_EDF.shape[2], idx_TK.shape[1]
+    # Decide before building anything of size T*K*E: the busiest expert has at least the average.
+    if -(-T * K // E) * 3 * ffn * D > _PADDED_MAX_MACS_PER_EXPERT:
+        return None
+    C = int(torch.bincount(idx_TK.reshape(-1), minlength=E).max())
+    if C * 3 * ffn * D > _PADDED_MAX_MACS_PER_EXPERT:
+        return None
     # Expert-id order within each token, as HF sums (a no-op for the order of two terms).
     idx_TK, order_TK = torch.sort(idx_TK, dim=1)
     w_TK = w_TK.gather(1, order_TK)
     onehot_NE = F.one_hot(idx_TK.reshape(-1), E)
-    C = int(onehot_NE.sum(0).max())
-    if C * 3 * ffn * D > _PADDED_MAX_MACS_PER_EXPERT:
-        return None
     rank_N = (onehot_NE.cumsum(0) * onehot_NE).sum(1) - 1
     slot_N = idx_TK.reshape(-1) * C + rank_N
     x_ECD = x_TD.new_zeros(E * C, D).index_copy(0, slot_N, x_TD.repeat_interleave(K, 0)).view(E, C, D)
