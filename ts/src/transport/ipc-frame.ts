@@ -5,8 +5,9 @@
  * column buffers themselves; `toUint8Array` then joins them into a fresh,
  * zero-filled allocation per batch. On the 2-core VM a first touch of fresh
  * pages runs at ~0.3 GB/s and a copy into reused memory at ~12 GB/s, so this
- * module collects the chunks (references, no copy) and joins them into a
- * buffer from a `PayloadPool`. The bytes are exactly `encodeBatch`'s.
+ * module collects the chunks (references, no copy) and joins them once, where
+ * they must go: the spool file's mapped pages (spool.ts) or a buffer from a
+ * `PayloadPool`. The bytes are exactly `encodeBatch`'s.
  */
 import { RecordBatchStreamWriter, type RecordBatch } from "apache-arrow";
 
