@@ -26,17 +26,25 @@ static void unmap(napi_env env, void* data, void* length) {
   munmap(data, (size_t)(uintptr_t)length);
 }
 
-static napi_value map_file(napi_env env, napi_callback_info info) {
+/* Reads (fd, length) into *fd and *length; on bad arguments throws a TypeError naming `call` and returns 0. */
+static int fd_and_length(napi_env env, napi_callback_info info, const char* call, int32_t* fd, int64_t* length) {
   size_t argc = 2;
   napi_value argv[2];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 2 ||
+      napi_get_value_int32(env, argv[0], fd) != napi_ok || napi_get_value_int64(env, argv[1], length) != napi_ok ||
+      *fd < 0 || *length <= 0) {
+    char message[128];
+    snprintf(message, sizeof message, "%s(fd, length) needs a file descriptor and a positive length", call);
+    napi_throw_type_error(env, NULL, message);
+    return 0;
+  }
+  return 1;
+}
+
+static napi_value map_file(napi_env env, napi_callback_info info) {
   int32_t fd;
   int64_t length;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 2 ||
-      napi_get_value_int32(env, argv[0], &fd) != napi_ok || napi_get_value_int64(env, argv[1], &length) != napi_ok ||
-      fd < 0 || length <= 0) {
-    napi_throw_type_error(env, NULL, "mapFile(fd, length) needs a file descriptor and a positive length");
-    return NULL;
-  }
+  if (!fd_and_length(env, info, "mapFile", &fd, &length)) return NULL;
   /* MAP_POPULATE: the pages a reused spool file already has are mapped in one call, not faulted one by one. */
   void* data = mmap(NULL, (size_t)length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (data == MAP_FAILED) {
@@ -55,16 +63,9 @@ static napi_value map_file(napi_env env, napi_callback_info info) {
 }
 
 static napi_value allocate(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value argv[2];
   int32_t fd;
   int64_t length;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 2 ||
-      napi_get_value_int32(env, argv[0], &fd) != napi_ok || napi_get_value_int64(env, argv[1], &length) != napi_ok ||
-      fd < 0 || length <= 0) {
-    napi_throw_type_error(env, NULL, "allocate(fd, length) needs a file descriptor and a positive length");
-    return NULL;
-  }
+  if (!fd_and_length(env, info, "allocate", &fd, &length)) return NULL;
   int error = posix_fallocate(fd, 0, (off_t)length); /* returns the error number, does not set errno */
   if (error != 0) {
     char message[160];
