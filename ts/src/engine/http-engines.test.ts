@@ -11,11 +11,12 @@ import { VllmEngine } from "./vllm.ts";
 
 type Handler = (body: Record<string, unknown>, req: IncomingMessage, res: ServerResponse) => void;
 let server: Server | null = null;
-afterEach(async () => {
+async function stopServer(): Promise<void> {
   server?.closeAllConnections();
   await new Promise((r) => server?.close(r) ?? r(null));
   server = null;
-});
+}
+afterEach(stopServer);
 
 async function serve(handler: Handler): Promise<{ url: string; bodies: Array<Record<string, unknown>> }> {
   const bodies: Array<Record<string, unknown>> = [];
@@ -34,10 +35,14 @@ async function serve(handler: Handler): Promise<{ url: string; bodies: Array<Rec
 
 const request: GenerateRequest = { request_id: "r1", prompt_ids: [1, 2, 3], sampling: { temperature: 1, top_p: 1, max_tokens: 16, stop_token_ids: [151645], seed: 7 } };
 
-function int32Base64(values: number[]): string {
+function int32Bytes(values: number[]): Buffer {
   const b = Buffer.alloc(values.length * 4);
   values.forEach((v, i) => b.writeInt32LE(v, i * 4));
-  return b.toString("base64");
+  return b;
+}
+
+function int32Base64(values: number[]): string {
+  return int32Bytes(values).toString("base64");
 }
 
 /** A version-1 .npy image of little-endian int32 values (what numpy.save writes). */
@@ -49,9 +54,7 @@ function npyBase64(values: number[], shape: number[]): string {
   head[6] = 1;
   head[7] = 0;
   head.writeUInt16LE(header.length, 8);
-  const data = Buffer.alloc(values.length * 4);
-  values.forEach((v, i) => data.writeInt32LE(v, i * 4));
-  return Buffer.concat([head, Buffer.from(header, "latin1"), data]).toString("base64");
+  return Buffer.concat([head, Buffer.from(header, "latin1"), int32Bytes(values)]).toString("base64");
 }
 
 async function collect(engine: EngineClient, signal?: AbortSignal): Promise<GenerateChunk[]> {
@@ -62,6 +65,20 @@ async function collect(engine: EngineClient, signal?: AbortSignal): Promise<Gene
 
 const vllmChunk = (tokens: number[], lps: number[], finish: string | null, extra: Record<string, unknown> = {}) =>
   `data: ${JSON.stringify({ id: "cmpl-1", object: "text_completion", choices: [{ index: 0, text: "x", logprobs: { tokens: tokens.map((t) => `token_id:${t}`), token_logprobs: lps, top_logprobs: null, text_offset: [] }, finish_reason: finish, ...extra }] })}\n\n`;
+
+// Both servers answer prompt [1, 2, 3] with [9707, 151645] and routing rows for prompt 3 +
+// completion 2 - 1 = 4 tokens of layers 1 x top_k 2.
+const routedRows = [10, 11, 12, 13, 14, 15, 16, 17];
+const routedChunk = (policyVersion: number): GenerateChunk => ({
+  token_ids: [9707, 151645],
+  logprobs: [-0.5, -0.25],
+  policy_version: policyVersion,
+  finish_reason: "stop",
+  prompt_routing: Uint8Array.from([10, 11, 12, 13, 14, 15]),
+  // The first sampled token's row (fed back as input); the last one was never fed back.
+  routing: Uint8Array.from([16, 17, 0, 0]),
+  routing_recorded: Uint8Array.from([1, 0]),
+});
 
 describe("vLLM client", () => {
   it("sends token ids and streams sampled ids with their logprobs", async () => {
@@ -89,18 +106,7 @@ describe("vLLM client", () => {
       choices: [{ index: 0, text: "hi", logprobs: { text_offset: [0, 2], token_logprobs: [-0.5, -0.25], tokens: ["token_id:9707", "token_id:151645"], top_logprobs: [null, null] }, finish_reason: finish, stop_reason: null, prompt_logprobs: null, routed_experts: routedExperts }],
       usage: { prompt_tokens: 3, total_tokens: 5, completion_tokens: 2 },
     });
-  // prompt 3 + completion 2 -> 4 rows of layers 1 x top_k 2.
-  const routedRows = [10, 11, 12, 13, 14, 15, 16, 17];
-  const expectedRouted: GenerateChunk = {
-    token_ids: [9707, 151645],
-    logprobs: [-0.5, -0.25],
-    policy_version: 3,
-    finish_reason: "stop",
-    prompt_routing: Uint8Array.from([10, 11, 12, 13, 14, 15]),
-    // The first sampled token's row (fed back as input); the last one was never fed back.
-    routing: Uint8Array.from([16, 17, 0, 0]),
-    routing_recorded: Uint8Array.from([1, 0]),
-  };
+  const expectedRouted = routedChunk(3);
 
   it("with routing, asks for a non-streaming response and splits base64 int32 routed_experts into prompt and completion rows", async () => {
     const { url, bodies } = await serve((_b, _req, res) => res.writeHead(200, { "content-type": "application/json" }).end(vllmRoutedResponse(int32Base64(routedRows))));
@@ -113,9 +119,7 @@ describe("vLLM client", () => {
     for (const form of [npyBase64(routedRows, [4, 1, 2]), [[[10, 11]], [[12, 13]], [[14, 15]], [[16, 17]]]]) {
       const { url } = await serve((_b, _req, res) => res.writeHead(200, { "content-type": "application/json" }).end(vllmRoutedResponse(form)));
       expect(await collect(new VllmEngine({ baseUrl: url, model: "m", routing: true, policyVersion: () => 3 }))).toEqual([expectedRouted]);
-      server?.closeAllConnections();
-      await new Promise((r) => server?.close(r));
-      server = null;
+      await stopServer();
     }
   });
 
@@ -123,9 +127,7 @@ describe("vLLM client", () => {
     for (const form of [int32Base64([1, 2, 3, 4, 5, 6]), undefined]) {
       const { url } = await serve((_b, _req, res) => res.writeHead(200, { "content-type": "application/json" }).end(vllmRoutedResponse(form)));
       await expect(collect(new VllmEngine({ baseUrl: url, model: "m", routing: true }))).rejects.toBeInstanceOf(EngineError);
-      server?.closeAllConnections();
-      await new Promise((r) => server?.close(r));
-      server = null;
+      await stopServer();
     }
   });
 
@@ -154,30 +156,19 @@ describe("vLLM client", () => {
 
 describe("SGLang client", () => {
   it("sends input_ids and reads logprobs and (seq_len - 1, L, K) routing", async () => {
-    // prompt 3 tokens + 2 sampled = 5 tokens -> 4 rows of L=1, K=2.
-    const routed = [10, 11, 12, 13, 14, 15, 16, 17];
     const { url, bodies } = await serve((_b, _req, res) => {
       res.writeHead(200, { "content-type": "application/json" });
       res.end(
         JSON.stringify({
           text: "hi",
           output_ids: [9707, 151645],
-          meta_info: { id: "r1", finish_reason: { type: "stop", matched: 151645 }, prompt_tokens: 3, completion_tokens: 2, output_token_logprobs: [[-0.5, 9707, null], [-0.25, 151645, null]], routed_experts: int32Base64(routed) },
+          meta_info: { id: "r1", finish_reason: { type: "stop", matched: 151645 }, prompt_tokens: 3, completion_tokens: 2, output_token_logprobs: [[-0.5, 9707, null], [-0.25, 151645, null]], routed_experts: int32Base64(routedRows) },
         }),
       );
     });
     const [chunk] = await collect(new SglangEngine({ baseUrl: url, routing: { layers: 1, topK: 2 }, policyVersion: () => 2 }));
     expect(bodies[0]).toMatchObject({ path: "/generate", rid: "r1", input_ids: [1, 2, 3], return_logprob: true, return_routed_experts: true, sampling_params: { max_new_tokens: 16, stop_token_ids: [151645], no_stop_trim: true } });
-    expect(chunk).toEqual({
-      token_ids: [9707, 151645],
-      logprobs: [-0.5, -0.25],
-      policy_version: 2,
-      finish_reason: "stop",
-      prompt_routing: Uint8Array.from([10, 11, 12, 13, 14, 15]),
-      // Row of the first sampled token fed back as input; the last one was never fed back.
-      routing: Uint8Array.from([16, 17, 0, 0]),
-      routing_recorded: Uint8Array.from([1, 0]),
-    });
+    expect(chunk).toEqual(routedChunk(2));
   });
 
   it("rejects routing of the wrong size", async () => {
