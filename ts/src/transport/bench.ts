@@ -21,7 +21,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import type { RoutingShape, Trajectory } from "../schema/index.ts";
-import { JsonLineProcess, PYTHON, readPort } from "./bench-peers.ts";
+import { JsonLineProcess, PYTHON, readPort, type JsonEvent } from "./bench-peers.ts";
 import { trajectoryTokens } from "./batcher.ts";
 import { Sender } from "./sender.ts";
 import { replicate, syntheticTrajectory } from "./workload.ts";
@@ -62,53 +62,84 @@ interface TransportResult {
 type Handover = "consumer" | "spool";
 
 /**
- * `serial`: wait for each batch's ack before sending the next (latency without queueing).
- * `handover`: "consumer" acks once the receiver's consumer asks for the next batch;
- * "spool" acks once the batch is in the receiver's spool (recycled after consumption).
+ * One receiver process and one sender, kept for every run of a hand-over mode:
+ * a trainer hosts its receiver for hours and a rollout worker keeps its
+ * sender, so runs measure both in their steady state (warm heap pages, JIT,
+ * mapped spool slots). A fresh pair per run measured 15-20 % lower on this
+ * VM, all of it start-up (first-touch page faults of the receiver's first
+ * batches, cold code paths). The receiver's CPU per run is the difference of
+ * the `cpu_s` its per-batch reports carry.
+ *
+ * `handover`: "consumer" acks once the receiver's consumer asks for the next
+ * batch; "spool" acks once the batch is in the receiver's spool (recycled
+ * after consumption).
  */
-async function runTransport(name: string, rows: Trajectory[], perSend: number, serial = false, handover: Handover = "consumer"): Promise<TransportResult> {
-  const receiver = new JsonLineProcess("receiver", PYTHON, [
-    "-m", "lego_rl.transport", "receive", "--bind", "tcp://127.0.0.1:*", "--spool", fresh(`${name}-rx`), "--report", "--quiet", "--credits", "8",
-    ...(handover === "consumer" ? ["--handover", "consumer"] : ["--release-consumed"]),
-    // The receiver sets glibc's heap thresholds itself (lego_rl/transport/heap.py); this shows the cost without.
-    ...(process.env.LEGO_BENCH_PLAIN_MALLOC ? ["--no-tune-malloc"] : []),
-  ]);
-  const listening = await receiver.waitFor((e) => e.type === "listening");
-  senderPeakRss = process.memoryUsage().rss;
-  // As many unacked batches as the receiver grants credits: more would only queue (and add latency).
-  // One sender spool for every run, as a rollout worker keeps one: acked files (and
-  // their pages) from the warm-up are written over, not allocated afresh each run.
-  const sender = new Sender({ address: listening.address as string, spoolDir: join(root, "sender-spool"), producerId: `bench-${name}`, maxUnackedBatches: 8 });
-  let bytes = 0;
-  let batches = 0;
-  const cpuBefore = process.cpuUsage();
-  const rxCpuBefore = listening.cpu_s as number;
-  const started = performance.now();
-  for (let i = 0; i < rows.length; i += perSend) {
-    for (const header of await sender.send(rows.slice(i, i + perSend), ROUTING)) {
-      bytes += header.payload_bytes;
-      batches += 1;
-    }
-    if (serial) await sender.drain(60_000);
+class TransportSession {
+  private batches = 0;
+
+  private constructor(
+    private readonly receiver: JsonLineProcess,
+    private readonly sender: Sender,
+    private receiverCpu: number,
+  ) {}
+
+  static async start(handover: Handover): Promise<TransportSession> {
+    const receiver = new JsonLineProcess(`receiver-${handover}`, PYTHON, [
+      "-m", "lego_rl.transport", "receive", "--bind", "tcp://127.0.0.1:*", "--spool", fresh(`${handover}-rx`), "--report", "--quiet", "--credits", "8",
+      ...(handover === "consumer" ? ["--handover", "consumer"] : ["--release-consumed"]),
+      // The receiver sets glibc's heap thresholds itself (lego_rl/transport/heap.py); this shows the cost without.
+      ...(process.env.LEGO_BENCH_PLAIN_MALLOC ? ["--no-tune-malloc"] : []),
+    ]);
+    const listening = await receiver.waitFor((e) => e.type === "listening");
+    // As many unacked batches as the receiver grants credits: more would only queue (and add latency).
+    const sender = new Sender({ address: listening.address as string, spoolDir: join(root, "sender-spool"), producerId: `bench-${handover}`, maxUnackedBatches: 8 });
+    return new TransportSession(receiver, sender, listening.cpu_s as number);
   }
-  await sender.drain(600_000);
-  const seconds = (performance.now() - started) / 1000;
-  const cpu = process.cpuUsage(cpuBefore);
-  await sender.close();
-  await receiver.waitFor((e) => e.type === "report" && receiver.events.filter((r) => r.type === "report").length >= batches);
-  receiver.stop();
-  const stopped = await receiver.waitFor((e) => e.type === "stopped");
-  const reports = receiver.events.filter((e) => e.type === "report");
-  const latencies = reports.map((e) => e.latency_ms as number).sort((a, b) => a - b);
-  const tokens = rows.reduce((n, t) => n + trajectoryTokens(t), 0);
-  return {
-    name, trajectories: rows.length, tokens, bytes, seconds,
-    gbps: bytes / seconds / 1e9, tokens_per_s: tokens / seconds,
-    p50_ms: quantile(latencies, 0.5), p99_ms: quantile(latencies, 0.99),
-    zero_copy: reports.length > 0 && reports.every((e) => e.zero_copy === true),
-    sender_peak_rss_mb: senderPeakRss / 2 ** 20, receiver_peak_rss_mb: (stopped.peak_rss as number) / 2 ** 20,
-    sender_cpu_s: (cpu.user + cpu.system) / 1e6, receiver_cpu_s: (stopped.cpu_s as number) - rxCpuBefore,
-  };
+
+  /** `serial`: wait for each batch's ack before sending the next (latency without queueing). */
+  async run(name: string, rows: Trajectory[], perSend: number, serial = false): Promise<TransportResult> {
+    senderPeakRss = process.memoryUsage().rss;
+    const firstReport = this.batches;
+    let bytes = 0;
+    const cpuBefore = process.cpuUsage();
+    const started = performance.now();
+    for (let i = 0; i < rows.length; i += perSend) {
+      for (const header of await this.sender.send(rows.slice(i, i + perSend), ROUTING)) {
+        bytes += header.payload_bytes;
+        this.batches += 1;
+      }
+      if (serial) await this.sender.drain(60_000);
+    }
+    await this.sender.drain(600_000);
+    const seconds = (performance.now() - started) / 1000;
+    const cpu = process.cpuUsage(cpuBefore);
+    const reportCount = this.batches;
+    await this.receiver.waitFor(() => this.reports().length >= reportCount);
+    const reports = this.reports().slice(firstReport, reportCount);
+    const receiverCpu = reports.at(-1)!.cpu_s as number;
+    const receiverCpuUsed = receiverCpu - this.receiverCpu;
+    this.receiverCpu = receiverCpu;
+    const latencies = reports.map((e) => e.latency_ms as number).sort((a, b) => a - b);
+    const tokens = rows.reduce((n, t) => n + trajectoryTokens(t), 0);
+    return {
+      name, trajectories: rows.length, tokens, bytes, seconds,
+      gbps: bytes / seconds / 1e9, tokens_per_s: tokens / seconds,
+      p50_ms: quantile(latencies, 0.5), p99_ms: quantile(latencies, 0.99),
+      zero_copy: reports.length > 0 && reports.every((e) => e.zero_copy === true),
+      sender_peak_rss_mb: senderPeakRss / 2 ** 20, receiver_peak_rss_mb: (reports.at(-1)!.peak_rss as number) / 2 ** 20,
+      sender_cpu_s: (cpu.user + cpu.system) / 1e6, receiver_cpu_s: receiverCpuUsed,
+    };
+  }
+
+  async close(): Promise<void> {
+    await this.sender.close();
+    this.receiver.stop();
+    await this.receiver.waitFor((e) => e.type === "stopped");
+  }
+
+  private reports(): JsonEvent[] {
+    return this.receiver.events.filter((e) => e.type === "report");
+  }
 }
 
 /** Typed arrays become plain number arrays: what a JSON API would carry. */
@@ -189,23 +220,29 @@ async function main(): Promise<void> {
   const mixed = mixedSet(quick ? 42 : 420);
 
   // The VM is shared and noisy: each throughput figure is the median of REPEATS runs.
-  // Warm-up: JIT, pool buffers, spool files and the receiver heap reach their steady state
-  // (a rollout worker runs for hours); both hand-over modes are then measured warm.
-  await runTransport("warmup", big.slice(0, quick ? 3 : 16), 1);
+  // Warm-up: JIT, spool slots and the receiver heap reach their steady state (a
+  // rollout worker and a trainer run for hours); every run of a mode then shares
+  // that mode's warm session.
+  const consumer = await TransportSession.start("consumer");
+  await consumer.run("warmup", big.slice(0, quick ? 3 : 16), 1);
   // Each big run is paired with a raw-TCP run right after it and the ratio is taken per
   // pair: the host's speed drifts by 2x over minutes, so a limit measured at another
   // time says little about this run's.
   const pairs = await repeat(async () => {
-    const run = await runTransport("big", big, 1);
+    const run = await consumer.run("big", big, 1);
     const limit = await runRawTcp(run.bytes, Math.ceil(run.bytes / run.trajectories));
     return { run, limit, ratio: run.gbps / limit.gbps };
   });
   const bigResult = median(pairs.map((p) => p.run), (r) => r.gbps);
   const raw = median(pairs.map((p) => p.limit), (r) => r.gbps);
   const vsRawTcp = median(pairs, (p) => p.ratio).ratio;
-  const mixedResult = median(await repeat(() => runTransport("mixed", mixed, 8)), (r) => r.gbps);
-  const spoolResult = median(await repeat(() => runTransport("big-spool", big, 1, false, "spool")), (r) => r.gbps);
-  const serial = await runTransport("serial", big.slice(0, quick ? 6 : 12), 1, true);
+  const mixedResult = median(await repeat(() => consumer.run("mixed", mixed, 8)), (r) => r.gbps);
+  const serial = await consumer.run("serial", big.slice(0, quick ? 6 : 12), 1, true);
+  await consumer.close();
+  const spool = await TransportSession.start("spool");
+  await spool.run("warmup", big.slice(0, quick ? 3 : 16), 1);
+  const spoolResult = median(await repeat(() => spool.run("big-spool", big, 1)), (r) => r.gbps);
+  await spool.close();
   log(`serial (one batch at a time, 12.9 MB each): p50 ${serial.p50_ms.toFixed(1)} ms, p99 ${serial.p99_ms.toFixed(1)} ms`);
   for (const r of [bigResult, mixedResult, spoolResult]) {
     log(`${r.name.padEnd(9)} ${r.trajectories} traj ${(r.bytes / 1e6).toFixed(0)} MB in ${r.seconds.toFixed(2)} s: ` +
