@@ -83,16 +83,12 @@ def receive(args: argparse.Namespace) -> int:
             accepted += 1
             last = batch
             if args.report:
-                # CPU and peak RSS so far: a benchmark keeps one receiver across runs and takes differences.
-                usage = resource.getrusage(resource.RUSAGE_SELF)
                 _print(
                     {
                         "type": "report",
                         "batch_id": batch.header.batch_id,
                         "latency_ms": time.time() * 1000 - batch.header.created_at_ms,
                         "zero_copy": shares_frame(batch),
-                        "cpu_s": usage.ru_utime + usage.ru_stime,
-                        "peak_rss": usage.ru_maxrss * 1024,
                     }
                 )
             if args.consume_delay_ms:
@@ -142,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-tune-malloc", action="store_true",
         help="keep glibc's default heap thresholds (see lego_rl/transport/heap.py; the default reuses heap pages for batches)",
     )
-    rx.add_argument("--report", action="store_true", help="print latency, zero-copy, CPU and peak RSS so far for each batch (benchmark)")
+    rx.add_argument("--report", action="store_true", help="print latency and zero-copy of each batch (benchmark)")
     rx.add_argument("--quiet", action="store_true", help="do not print accepted/duplicate events")
     args = parser.parse_args(argv)
     return receive(args)

@@ -17,7 +17,7 @@
  */
 import { request, Agent } from "node:http";
 import { connect } from "node:net";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import type { RoutingShape, Trajectory } from "../schema/index.ts";
@@ -67,8 +67,8 @@ type Handover = "consumer" | "spool";
  * sender, so runs measure both in their steady state (warm heap pages, JIT,
  * mapped spool slots). A fresh pair per run measured 15-20 % lower on this
  * VM, all of it start-up (first-touch page faults of the receiver's first
- * batches, cold code paths). The receiver's CPU per run is the difference of
- * the `cpu_s` its per-batch reports carry.
+ * batches, cold code paths). The receiver's CPU per run is read from
+ * /proc/<pid>/stat around the run, so measuring costs the receiver nothing.
  *
  * `handover`: "consumer" acks once the receiver's consumer asks for the next
  * batch; "spool" acks once the batch is in the receiver's spool (recycled
@@ -80,7 +80,6 @@ class TransportSession {
   private constructor(
     private readonly receiver: JsonLineProcess,
     private readonly sender: Sender,
-    private receiverCpu: number,
   ) {}
 
   static async start(handover: Handover): Promise<TransportSession> {
@@ -93,7 +92,7 @@ class TransportSession {
     const listening = await receiver.waitFor((e) => e.type === "listening");
     // As many unacked batches as the receiver grants credits: more would only queue (and add latency).
     const sender = new Sender({ address: listening.address as string, spoolDir: join(root, "sender-spool"), producerId: `bench-${handover}`, maxUnackedBatches: 8 });
-    return new TransportSession(receiver, sender, listening.cpu_s as number);
+    return new TransportSession(receiver, sender);
   }
 
   /** `serial`: wait for each batch's ack before sending the next (latency without queueing). */
@@ -102,6 +101,7 @@ class TransportSession {
     const firstReport = this.batches;
     let bytes = 0;
     const cpuBefore = process.cpuUsage();
+    const receiverCpuBefore = this.receiverUsage().cpu_s;
     const started = performance.now();
     for (let i = 0; i < rows.length; i += perSend) {
       for (const header of await this.sender.send(rows.slice(i, i + perSend), ROUTING)) {
@@ -115,10 +115,8 @@ class TransportSession {
     const cpu = process.cpuUsage(cpuBefore);
     const reportCount = this.batches;
     await this.receiver.waitFor(() => this.reports().length >= reportCount);
+    const receiverAfter = this.receiverUsage();
     const reports = this.reports().slice(firstReport, reportCount);
-    const receiverCpu = reports.at(-1)!.cpu_s as number;
-    const receiverCpuUsed = receiverCpu - this.receiverCpu;
-    this.receiverCpu = receiverCpu;
     const latencies = reports.map((e) => e.latency_ms as number).sort((a, b) => a - b);
     const tokens = rows.reduce((n, t) => n + trajectoryTokens(t), 0);
     return {
@@ -126,8 +124,8 @@ class TransportSession {
       gbps: bytes / seconds / 1e9, tokens_per_s: tokens / seconds,
       p50_ms: quantile(latencies, 0.5), p99_ms: quantile(latencies, 0.99),
       zero_copy: reports.length > 0 && reports.every((e) => e.zero_copy === true),
-      sender_peak_rss_mb: senderPeakRss / 2 ** 20, receiver_peak_rss_mb: (reports.at(-1)!.peak_rss as number) / 2 ** 20,
-      sender_cpu_s: (cpu.user + cpu.system) / 1e6, receiver_cpu_s: receiverCpuUsed,
+      sender_peak_rss_mb: senderPeakRss / 2 ** 20, receiver_peak_rss_mb: receiverAfter.peak_rss / 2 ** 20,
+      sender_cpu_s: (cpu.user + cpu.system) / 1e6, receiver_cpu_s: receiverAfter.cpu_s - receiverCpuBefore,
     };
   }
 
@@ -135,6 +133,16 @@ class TransportSession {
     await this.sender.close();
     this.receiver.stop();
     await this.receiver.waitFor((e) => e.type === "stopped");
+  }
+
+  /** The receiver's CPU seconds (user + system, all threads) and peak RSS so far, from /proc (Linux). */
+  private receiverUsage(): { cpu_s: number; peak_rss: number } {
+    const pid = this.receiver.proc.pid!;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15, in USER_HZ (100/s).
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    const hwm = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+    return { cpu_s: (Number(fields[11]) + Number(fields[12])) / 100, peak_rss: Number(hwm?.[1] ?? 0) * 1024 };
   }
 
   private reports(): JsonEvent[] {
