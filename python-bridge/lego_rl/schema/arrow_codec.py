@@ -10,6 +10,8 @@ opposite.
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -166,7 +168,15 @@ def _as_buffer(data: bytes | bytearray | memoryview | pa.Buffer) -> pa.Buffer:
     return data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
 
 
+@functools.lru_cache(maxsize=64)
+def _expected_schema(record: str, routing: RoutingShape | None) -> pa.Schema:
+    """`arrow_schema` for decoding: a receiver checks every batch against the same few schemas."""
+    return arrow_schema(record, routing)
+
+
 def _check_columns(record: str, schema: pa.Schema, expected: pa.Schema) -> None:
+    if schema.equals(expected, check_metadata=False):
+        return  # the usual case, in one comparison; otherwise name the first column that differs
     for field in expected:
         index = schema.get_field_index(field.name)
         if index < 0:
@@ -209,7 +219,7 @@ def decode_batch(data: bytes | bytearray | memoryview | pa.Buffer, *, expect: st
         routing = RoutingShape.from_metadata(metadata)
     except ValueError as error:
         raise SchemaError(f"{record} batch: {error}") from error
-    _check_columns(record, schema, arrow_schema(record, routing))
+    _check_columns(record, schema, _expected_schema(record, routing))
     if len(batches) != 1:
         raise SchemaError(f"{record} IPC stream holds {len(batches)} record batches; the schema expects exactly 1")
     batch = batches[0]
