@@ -91,7 +91,45 @@ def grouped_swiglu(
     ffn, width = w_down_EDF.shape[2], w_down_EDF.shape[1]
     if counts and max(counts) * 3 * ffn * width <= _PADDED_MAX_MACS_PER_EXPERT:
         return padded_swiglu(x_ND, counts, w_gate_up_EFD, w_down_EDF)
+    if has_grouped_mm(x_ND.device, x_ND.dtype):
+        return grouped_mm_swiglu(x_ND, counts, w_gate_up_EFD, w_down_EDF)
     return looped_swiglu(x_ND, counts, w_gate_up_EFD, w_down_EDF)
+
+
+_GROUPED_MM_WORKS: dict[tuple[str, torch.dtype], bool] = {}
+
+
+def has_grouped_mm(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether torch._grouped_mm runs for this device type and dtype (probed once on a tiny case).
+
+    It is a private op (the one torchtitan's MoE uses): CPU runs every dtype, CUDA only
+    some dtypes and architectures, and other builds may lack it, so ask instead of assuming.
+    """
+    key = (device.type, dtype)
+    if key not in _GROUPED_MM_WORKS:
+        try:
+            a = torch.ones(3, 4, device=device, dtype=dtype)
+            b = torch.ones(2, 4, 8, device=device, dtype=dtype)
+            torch._grouped_mm(a, b, offs=torch.tensor([1, 3], device=device, dtype=torch.int32))
+            _GROUPED_MM_WORKS[key] = True
+        except (AttributeError, RuntimeError, NotImplementedError):
+            _GROUPED_MM_WORKS[key] = False
+    return _GROUPED_MM_WORKS[key]
+
+
+def grouped_mm_swiglu(
+    x_ND: torch.Tensor, counts: list[int], w_gate_up_EFD: torch.Tensor, w_down_EDF: torch.Tensor
+) -> torch.Tensor:
+    """`grouped_swiglu` as two grouped GEMMs (torch._grouped_mm) over the experts' runs of rows.
+
+    The same values as `looped_swiglu` (bit for bit on CPU, gradients included), without a
+    GEMM call, a weight slice and, in backward, a weight-sized gradient buffer per expert:
+    on the 2-core VM 1,600 rows through an [8, 256, 128] gate/up weight took 3.0-3.5 ms
+    forward + backward instead of 5.7 ms.
+    """
+    offs_E = torch.tensor(counts, device=x_ND.device).cumsum(0).to(torch.int32)
+    gate_NF, up_NF = torch._grouped_mm(x_ND, w_gate_up_EFD.transpose(1, 2), offs=offs_E).chunk(2, dim=-1)
+    return torch._grouped_mm(F.silu(gate_NF) * up_NF, w_down_EDF.transpose(1, 2), offs=offs_E)
 
 
 def looped_swiglu(
@@ -256,7 +294,7 @@ class MoeBlock(nn.Module):
                 y_TD = slotted_TD
             else:
                 order_N, token_N, counts = dispatch(idx_TK, self.num_experts)
-                y_ND = looped_swiglu(x_TD[token_N], counts, gate_up, down) * w_TK.reshape(-1)[order_N, None]
+                y_ND = grouped_swiglu(x_TD[token_N], counts, gate_up, down) * w_TK.reshape(-1)[order_N, None]
                 y_TD = torch.zeros_like(x_TD).index_add_(0, token_N, y_ND)
         if self.shared_expert is not None:
             y_TD = y_TD + torch.sigmoid(self.shared_expert_gate(x_TD)) * self.shared_expert(x_TD)

@@ -112,6 +112,23 @@ def test_padded_experts_equal_one_gemm_per_expert_with_gradients():
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_grouped_gemm_experts_equal_one_gemm_per_expert_bit_for_bit_with_gradients():
+    from lego_rl.model.moe import grouped_mm_swiglu, has_grouped_mm
+
+    assert has_grouped_mm(torch.device("cpu"), torch.float32)  # torch >= 2.8 on CPU
+    gen = torch.Generator().manual_seed(3)
+    E, F_, D = 4, 8, 16
+    gate_up = (0.1 * torch.randn(E, 2 * F_, D, generator=gen)).requires_grad_()
+    down = (0.1 * torch.randn(E, D, F_, generator=gen)).requires_grad_()
+    for counts in ([3, 0, 5, 1], [0, 0, 0, 6], [40, 33, 0, 27]):  # empty experts, first and last
+        x_ND = torch.randn(sum(counts), D, generator=gen, requires_grad=True)
+        looped, grouped = looped_swiglu(x_ND, counts, gate_up, down), grouped_mm_swiglu(x_ND, counts, gate_up, down)
+        assert torch.equal(grouped, looped)
+        grads = [torch.autograd.grad(y.square().sum(), (x_ND, gate_up, down)) for y in (looped, grouped)]
+        for a, b in zip(*grads):
+            assert torch.equal(a, b)
+
+
 def test_slotted_experts_equal_the_sorted_grouping_bit_for_bit_with_gradients():
     from lego_rl.model.moe import slotted_swiglu
 
