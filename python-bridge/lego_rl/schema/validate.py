@@ -41,6 +41,8 @@ def _check_enum(values: pa.Array, allowed: tuple[str, ...], where: str) -> None:
         return
     bad = pc.invert(pc.is_in(values, value_set=pa.array(allowed)))
     index = pc.index(bad, True).as_py()
+    if index < 0:
+        return  # only nulls were outside the set, and is_in let them pass
     raise RecordShapeError(f"{where}[{index}]={values[index].as_py()!r} is not one of {allowed}")
 
 
