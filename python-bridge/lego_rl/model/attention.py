@@ -288,6 +288,51 @@ class FreshGroup:
         return groups
 
 
+@dataclass(slots=True, frozen=True)
+class TailRows:
+    """Sequences that continue another packed sequence (a shared prefix, computed once).
+
+    The trainer packs a GRPO group's common prompt once and each completion after it as
+    a "tail" (`PackedBatch.prefix_of`): a tail's queries see every token of its prefix and
+    its own earlier tokens, exactly as if the prefix were repeated before it. Tails come
+    after every other sequence, so their rows are the packed axis's last ones; they attend
+    in one call, padded to the longest tail and the longest prefix, the padding masked.
+    """
+
+    first_row: int
+    """Packed row of the first tail token; rows before it belong to the other sequences."""
+    q_nL: torch.Tensor
+    """Packed row of each tail's query positions, [n tails, longest tail] (padding repeats a valid row)."""
+    kv_nS: torch.Tensor
+    """Packed rows of each tail's keys: its prefix (padded to the longest), then itself."""
+    keep_n1LS: torch.Tensor
+    """True where a query sees a key: the whole prefix, and itself causally; padding hidden."""
+    valid_V: torch.Tensor
+    """Rows of the flattened [n x longest tail] output that are real tokens, in packing order."""
+
+    @staticmethod
+    def plan(seq_lens: list[int], offsets: list[int], prefix_of: list[int], device: torch.device) -> TailRows:
+        tails = [i for i, p in enumerate(prefix_of) if p >= 0]
+        heads = [prefix_of[i] for i in tails]
+        t_n = torch.tensor([seq_lens[i] for i in tails], device=device)
+        p_n = torch.tensor([seq_lens[h] for h in heads], device=device)
+        L, P = int(t_n.max()), int(p_n.max())
+        j_L, j_P = torch.arange(L, device=device), torch.arange(P, device=device)
+        # Padding positions repeat a sequence's last row (any valid row would do: they are masked or dropped).
+        q_nL = torch.tensor([offsets[i] for i in tails], device=device)[:, None] + torch.minimum(j_L, t_n[:, None] - 1)
+        head_nP = torch.tensor([offsets[h] for h in heads], device=device)[:, None] + torch.minimum(j_P, p_n[:, None] - 1)
+        real_nL = j_L < t_n[:, None]
+        sees_head_nLP = (j_P < p_n[:, None])[:, None, :].expand(len(tails), L, P)
+        sees_own_nLL = (j_L[None, :] <= j_L[:, None])[None] & real_nL[:, None, :]
+        return TailRows(
+            first_row=offsets[tails[0]],
+            q_nL=q_nL,
+            kv_nS=torch.cat((head_nP, q_nL), dim=1),
+            keep_n1LS=torch.cat((sees_head_nLP, sees_own_nLL), dim=2)[:, None],
+            valid_V=real_nL.reshape(-1).nonzero().squeeze(1),
+        )
+
+
 @dataclass(slots=True)
 class PackedBatch:
     """Where each sequence's new tokens sit in the packed [T] axis, and its cache if any."""
@@ -303,6 +348,12 @@ class PackedBatch:
     """Single-token cached rows that attend in one call per layer."""
     fresh: list[FreshGroup] = field(init=False)
     """Equal-length sequences without a cached prefix (prefills of same-length prompts) that attend together."""
+    prefix_of: list[int] | None = None
+    """Trainer only: for each sequence, the earlier sequence it continues (-1: none); see `TailRows`."""
+    tails: TailRows | None = field(init=False)
+    """The continuing sequences, when `prefix_of` names any."""
+    leading: PackedBatch | None = field(init=False)
+    """The sequences before the tails, as a batch of their own (None without tails)."""
 
     def __post_init__(self) -> None:
         self.offsets, acc = [], 0
@@ -310,12 +361,35 @@ class PackedBatch:
             self.offsets.append(acc)
             acc += n
         device = torch.device(self.device)
+        self.tails, self.leading = None, None
+        if self.prefix_of is not None and any(p >= 0 for p in self.prefix_of):
+            first = _check_prefix_of(self.prefix_of, self.seq_lens, self.caches)
+            self.tails = TailRows.plan(self.seq_lens, self.offsets, self.prefix_of, device)
+            self.leading = PackedBatch(seq_lens=self.seq_lens[:first], device=device)
         self.decode = None
         if self.caches is not None:
             self.decode = DecodeRows.plan(self.seq_lens, self.offsets, self.caches, device)
         self.fresh = FreshGroup.plan(
             self.seq_lens, self.offsets, self.caches, self.decode.seqs if self.decode else frozenset(), device
         )
+
+
+def _check_prefix_of(prefix_of: list[int], seq_lens: list[int], caches: list[KVCache] | None) -> int:
+    """Validates a tail layout; returns the index of the first tail."""
+    if caches is not None:
+        raise ValueError("prefix_of is for the trainer's packed input; cached sequences already continue their cache")
+    if len(prefix_of) != len(seq_lens):
+        raise ValueError(f"prefix_of names {len(prefix_of)} sequences, the input has {len(seq_lens)}")
+    first = next(i for i, p in enumerate(prefix_of) if p >= 0)
+    for i, p in enumerate(prefix_of):
+        if i >= first and not 0 <= p < first:
+            raise ValueError(
+                f"sequence {i} continues {p}: continuing sequences must come after every other one "
+                "and continue one of those"
+            )
+        if seq_lens[i] == 0:
+            raise ValueError(f"sequence {i} is empty")
+    return first
 
 
 def _causal_mask(t: int, past: int, device: torch.device) -> torch.Tensor:
@@ -416,6 +490,28 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         T = x_TD.shape[0]
         q_THDh, k_TGDh, v_TGDh = self._project(x_TD, cos_TDh, sin_TDh)
+        if batch.tails is not None and batch.leading is not None:
+            h = batch.tails.first_row
+            leading_hHDh = self._attend(q_THDh[:h], k_TGDh[:h], v_TGDh[:h], batch.leading)
+            tails_tHDh = self._attend_tails(q_THDh, k_TGDh, v_TGDh, batch.tails)
+            return self.o_proj(torch.cat((leading_hHDh, tails_tHDh)).reshape(T, -1))
+        return self.o_proj(self._attend(q_THDh, k_TGDh, v_TGDh, batch).reshape(T, -1))
+
+    def _attend_tails(self, q_THDh: torch.Tensor, k_TGDh: torch.Tensor, v_TGDh: torch.Tensor, tails: TailRows) -> torch.Tensor:
+        """Attention output [tail rows, H, Dh] of the continuing sequences (see `TailRows`)."""
+        q_nHLDh = q_THDh[tails.q_nL].transpose(1, 2)
+        k_nHSDh = self._expand_kv(k_TGDh[tails.kv_nS].transpose(1, 2))
+        v_nHSDh = self._expand_kv(v_TGDh[tails.kv_nS].transpose(1, 2))
+        if use_small_attention(q_nHLDh, k_nHSDh.shape[-2]):
+            o_nHLDh = small_attention(q_nHLDh, k_nHSDh, v_nHSDh, keep_xQS=tails.keep_n1LS)
+        else:
+            o_nHLDh = F.scaled_dot_product_attention(q_nHLDh, k_nHSDh, v_nHSDh, attn_mask=tails.keep_n1LS)
+        n, H, L, Dh = o_nHLDh.shape
+        return o_nHLDh.transpose(1, 2).reshape(n * L, H, Dh)[tails.valid_V]
+
+    def _attend(self, q_THDh: torch.Tensor, k_TGDh: torch.Tensor, v_TGDh: torch.Tensor, batch: PackedBatch) -> torch.Tensor:
+        """Attention output [T, H, Dh] of sequences that each attend to themselves (and their caches)."""
+        T = q_THDh.shape[0]
         lens = batch.seq_lens
         if batch.caches is None and len(set(lens)) == 1:
             # Equal-length sequences without caches (the [B, T] trainer path): one call.
@@ -427,12 +523,12 @@ class Attention(nn.Module):
                 o_BHtDh = small_attention(q_BHtDh, k_BHtDh, v_BHtDh, causal=True)
             else:
                 o_BHtDh = F.scaled_dot_product_attention(q_BHtDh, k_BHtDh, v_BHtDh, is_causal=True)
-            return self.o_proj(o_BHtDh.transpose(1, 2).reshape(T, -1))
+            return o_BHtDh.transpose(1, 2).reshape(T, self.n_heads, self.head_dim)
         out_THDh = torch.empty_like(q_THDh)
         caches, rows = batch.caches, batch.decode
         batched: set[int] = set()
         if rows is not None and len(rows.seqs) == T:  # a pure decode step: no gather, no scatter
-            return self.o_proj(self._decode_batch(q_THDh, k_TGDh, v_TGDh, rows).reshape(T, -1))
+            return self._decode_batch(q_THDh, k_TGDh, v_TGDh, rows)
         if rows is not None:
             out_THDh[rows.rows_B] = self._decode_batch(q_THDh[rows.rows_B], k_TGDh[rows.rows_B], v_TGDh[rows.rows_B], rows)
             batched |= rows.seqs
@@ -455,9 +551,9 @@ class Attention(nn.Module):
                 k_GtDh = keys_GSDh[:, : past + t]
                 v_GtDh = values_GSDh[:, : past + t]
             # SDPA's is_causal aligns top-left, so a chunk after a cached prefix needs a mask.
-            mask = None if past == 0 else _causal_mask(t, past, x_TD.device)
+            mask = None if past == 0 else _causal_mask(t, past, q_THDh.device)
             o_1HtDh = F.scaled_dot_product_attention(
                 q_1HtDh, self._expand_kv(k_GtDh)[None], self._expand_kv(v_GtDh)[None], attn_mask=mask, is_causal=past == 0
             )
             out_THDh[start : start + t] = o_1HtDh[0].transpose(0, 1)
-        return self.o_proj(out_THDh.reshape(T, -1))
+        return out_THDh

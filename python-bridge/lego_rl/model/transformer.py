@@ -91,6 +91,7 @@ class MoeForCausalLM(nn.Module):
         routing_replay: torch.Tensor | None = None,
         return_routing: bool = False,
         logits_rows: torch.Tensor | None = None,
+        prefix_of: list[int] | None = None,
     ) -> ModelOutput:
         """Run the decoder.
 
@@ -101,6 +102,11 @@ class MoeForCausalLM(nn.Module):
         routing_replay: [B, T, L, K] or [T, L, K] expert ids to use instead of the router's
             top-k; gate weights still come from the live router (R3).
         logits_rows: [R] packed row indices; only those rows go through the LM head.
+        prefix_of: packed input without caches: for each sequence, the earlier sequence it
+            continues, or -1. A continuing sequence (a "tail") attends to all of that
+            sequence's tokens first and its positions start after them, as if they were
+            repeated before it: a GRPO group's shared prompt is computed once. Tails come
+            after every other sequence (see attention.TailRows).
         """
         batched = input_ids.dim() == 2
         ids_T = input_ids.reshape(-1)
@@ -117,9 +123,12 @@ class MoeForCausalLM(nn.Module):
         if caches is not None:
             for cache, n in zip(caches, seq_lens):
                 cache.reserve(cache.length + n)
-        batch = PackedBatch(seq_lens=list(seq_lens), caches=caches, device=ids_T.device)
+        batch = PackedBatch(seq_lens=list(seq_lens), caches=caches, device=ids_T.device, prefix_of=prefix_of)
         if positions is None:
-            positions_T = _positions(seq_lens, None if caches is None else [c.length for c in caches], ids_T.device)
+            starts = None if caches is None else [c.length for c in caches]
+            if batch.tails is not None and prefix_of is not None:
+                starts = [seq_lens[p] if p >= 0 else 0 for p in prefix_of]
+            positions_T = _positions(seq_lens, starts, ids_T.device)
         else:
             positions_T = positions.reshape(-1)
         replay_TLK = None

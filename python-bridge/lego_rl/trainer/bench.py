@@ -73,7 +73,7 @@ class LegoSteps:
             packed = pack_step(trajectories, advantages, layers=len(config.moe_layers), top_k=config.num_experts_per_tok)
             self.updater.update(packed)
             self.engine.update_weights(self.trainer.state_dict(), step + 1)
-            tokens = packed.num_tokens
+            tokens = packed.source_tokens  # the trajectories' tokens, a shared prompt counted per copy
         done = time.perf_counter()
         self.full.append(done - started)
         self.update.append(done - update_started)

@@ -11,6 +11,13 @@ N trajectories, L MoE layers, K experts per token.
    (`routing_recorded` = 0) the replay slot holds -1 and the trainer routes itself.
 4. Token ids, logprobs and routing are read from numpy views over the received
    Arrow buffers; the only copies are the dtype conversions torch needs.
+5. Shared prefixes (`share_prefixes`, on by default): segments whose tokens before
+   the first trainable one are identical, routing included (a GRPO group's copies
+   of one prompt), pack that prefix once; each segment's remainder is a "tail" that
+   attends to it (`PackedStep.prefix_of`, the model's `prefix_of`). The logits are
+   those of the flat packing up to summation order, and the prefix's rows get the
+   sum of the gradients its copies would get; only the forward and backward of the
+   repeated prompt tokens are saved.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import numpy as np
 import torch
 
 from ..schema import DecodedBatch, batch_records
-from ..schema.generated import Trajectory
+from ..schema.generated import Segment, Trajectory
 from .advantages import GroupAdvantages
 
 UNRECORDED = -1
@@ -52,9 +59,14 @@ class PackedStep:
     trajectory_ids: list[str]
     loss_scale: float = 1.0
     """This rank's share of the step's trajectories (its loss is a mean over its own)."""
+    prefix_of: list[int] | None = None
+    """Per packed sequence, the earlier sequence whose tokens it continues (-1: none); None when nothing is shared."""
+    source_tokens: int = 0
+    """Tokens of the packed segments before sharing (what the step trains on)."""
 
     @property
     def num_tokens(self) -> int:
+        """Packed tokens: what the forward pass computes (a shared prefix counts once)."""
         return int(self.input_ids_T.shape[0])
 
 
@@ -66,6 +78,17 @@ def trajectories_of(batches: Sequence[DecodedBatch]) -> dict[str, Trajectory]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """A run of one segment's tokens [start, end) that becomes a packed sequence."""
+
+    segment: Segment
+    trajectory: int
+    start: int
+    end: int
+    routing: np.ndarray | None
+
+
 def pack_step(
     trajectories: dict[str, Trajectory],
     advantages: GroupAdvantages,
@@ -74,15 +97,13 @@ def pack_step(
     top_k: int,
     replay: bool = True,
     loss_scale: float = 1.0,
+    share_prefixes: bool = True,
 ) -> PackedStep:
     """Packs the trajectories that `advantages` selected, in its order."""
-    ids, routing, rows, targets, rollout, sequence, lens = [], [], [], [], [], [], []
-    offset = 0
+    segments: list[tuple[int, str, Segment, np.ndarray | None]] = []
     for n, trajectory_id in enumerate(advantages.trajectory_ids):
-        trajectory = trajectories[trajectory_id]
-        for segment in trajectory.segments:
-            length = segment.token_ids.size
-            if length == 0:
+        for segment in trajectories[trajectory_id].segments:
+            if segment.token_ids.size == 0:
                 continue
             trainable = np.flatnonzero(segment.loss_mask)
             if trainable.size and trainable[0] == 0:
@@ -90,19 +111,76 @@ def pack_step(
                     f"trajectory {trajectory_id!r} segment {segment.segment_id!r} starts with a trainable token; "
                     "nothing precedes it to predict it from"
                 )
-            ids.append(segment.token_ids)
-            lens.append(length)
-            rows.append(offset + trainable - 1)
-            targets.append(segment.token_ids[trainable])
-            rollout.append(segment.logprobs[trainable])
-            sequence.append(np.full(trainable.size, n, dtype=np.int64))
+            routing = None
             if replay and segment.routing is not None:
-                r = segment.routing.reshape(length, layers, top_k).astype(np.int64)
-                r[segment.routing_recorded == 0] = UNRECORDED
-                routing.append(r)
-            offset += length
-    if replay and routing and len(routing) != len(lens):
+                routing = segment.routing.reshape(segment.token_ids.size, layers, top_k).astype(np.int64)
+                routing[segment.routing_recorded == 0] = UNRECORDED
+            segments.append((n, trajectory_id, segment, routing))
+    if replay and any(r is not None for *_, r in segments) and any(r is None for *_, r in segments):
         raise PackingError("some segments carry routing and others do not; a batch must be all MoE or all dense")
+
+    # Segments sharing their untrainable head (tokens and routing before the first trainable
+    # token) pack that head once; each then continues as a tail.
+    heads: dict[bytes, list[int]] = {}
+    if share_prefixes:
+        for i, (_, _, segment, routing) in enumerate(segments):
+            trainable = np.flatnonzero(segment.loss_mask)
+            if trainable.size == 0:
+                continue
+            f = int(trainable[0])
+            key = segment.token_ids[:f].tobytes() + b"|" + (b"" if routing is None else routing[:f].tobytes())
+            heads.setdefault(key, []).append(i)
+    shared = [members for members in heads.values() if len(members) > 1]
+    head_of = {i: g for g, members in enumerate(shared) for i in members}
+
+    leading: list[_Piece] = []
+    head_index: list[int] = []  # packed sequence of each shared group's head
+    for g, members in enumerate(shared):
+        n, _, segment, routing = segments[members[0]]
+        f = int(np.flatnonzero(segment.loss_mask)[0])
+        head_index.append(len(leading))
+        leading.append(_Piece(segment, n, 0, f, routing))
+    for i, (n, _, segment, routing) in enumerate(segments):
+        if i not in head_of:
+            leading.append(_Piece(segment, n, 0, segment.token_ids.size, routing))
+    tails: list[tuple[_Piece, int]] = []
+    for i, (n, _, segment, routing) in enumerate(segments):
+        if i in head_of:
+            f = int(np.flatnonzero(segment.loss_mask)[0])
+            tails.append((_Piece(segment, n, f, segment.token_ids.size, routing), head_index[head_of[i]]))
+
+    ids, routing_parts, rows, targets, rollout, sequence, lens = [], [], [], [], [], [], []
+    offsets: list[int] = []
+    offset = 0
+    for piece in [*leading, *(t for t, _ in tails)]:
+        offsets.append(offset)
+        segment = piece.segment
+        ids.append(segment.token_ids[piece.start : piece.end])
+        lens.append(piece.end - piece.start)
+        if piece.routing is not None:
+            routing_parts.append(piece.routing[piece.start : piece.end])
+        offset += piece.end - piece.start
+    prefix_of = [-1] * len(leading) + [head for _, head in tails]
+
+    def add_targets(piece: _Piece, row_of_first: int | None, own_offset: int) -> None:
+        segment = piece.segment
+        trainable = np.flatnonzero(segment.loss_mask)
+        trainable = trainable[(trainable >= piece.start) & (trainable < piece.end)]
+        if trainable.size == 0:
+            return
+        # Token t is predicted by the row of token t - 1; a tail's first token by its head's last row.
+        predictor = own_offset + trainable - 1 - piece.start
+        if row_of_first is not None:
+            predictor = np.where(trainable == piece.start, row_of_first, predictor)
+        rows.append(predictor)
+        targets.append(segment.token_ids[trainable])
+        rollout.append(segment.logprobs[trainable])
+        sequence.append(np.full(trainable.size, piece.trajectory, dtype=np.int64))
+
+    for k, piece in enumerate(leading):
+        add_targets(piece, None, offsets[k])
+    for k, (piece, head) in enumerate(tails):
+        add_targets(piece, offsets[head] + lens[head] - 1, offsets[len(leading) + k])
 
     def cat(parts: list[np.ndarray], dtype: torch.dtype) -> torch.Tensor:
         return torch.from_numpy(np.concatenate(parts)).to(dtype) if parts else torch.zeros(0, dtype=dtype)
@@ -110,7 +188,7 @@ def pack_step(
     return PackedStep(
         input_ids_T=cat(ids, torch.int64),
         seq_lens=lens,
-        routing_TLK=cat(routing, torch.int64) if replay and routing else None,
+        routing_TLK=cat(routing_parts, torch.int64) if replay and routing_parts else None,
         logit_rows_R=cat(rows, torch.int64),
         targets_R=cat(targets, torch.int64),
         rollout_logprobs_R=cat(rollout, torch.float32),
@@ -118,6 +196,8 @@ def pack_step(
         advantages_N=torch.from_numpy(advantages.advantages.copy()),
         trajectory_ids=list(advantages.trajectory_ids),
         loss_scale=loss_scale,
+        prefix_of=prefix_of if tails else None,
+        source_tokens=sum(int(segment.token_ids.size) for _, _, segment, _ in segments),
     )
 
 

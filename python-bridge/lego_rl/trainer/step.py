@@ -88,6 +88,7 @@ def recompute_logprobs(model: torch.nn.Module, step: PackedStep, *, replay: bool
             seq_lens=step.seq_lens,
             routing_replay=step.routing_TLK if replay else None,
             logits_rows=step.logit_rows_R,
+            prefix_of=step.prefix_of,
         )
     finally:
         for hook in hooks:
@@ -162,7 +163,8 @@ class PolicyUpdater:
         self.optimizer.step()
         metrics.update(loss_metrics)
         metrics["optim/grad_norm"] = float(grad_norm)
-        metrics["batch/tokens"] = float(step.num_tokens)
+        metrics["batch/tokens"] = float(step.source_tokens or step.num_tokens)
+        metrics["batch/packed_tokens"] = float(step.num_tokens)
         metrics["batch/trainable_tokens"] = float(step.targets_R.numel())
         metrics["batch/trajectories"] = float(len(step.trajectory_ids))
         return metrics
