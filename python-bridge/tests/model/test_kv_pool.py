@@ -129,6 +129,28 @@ def test_grouped_gemm_experts_equal_one_gemm_per_expert_bit_for_bit_with_gradien
             assert torch.equal(a, b)
 
 
+def test_sorted_experts_move_rows_by_permutation_with_the_scatter_add_results_bit_for_bit():
+    from lego_rl.model.moe import grouped_swiglu, sorted_swiglu
+
+    gen = torch.Generator().manual_seed(4)
+    E, F_, D, T, K = 8, 16, 32, 300, 2
+    gate_up = (0.1 * torch.randn(E, 2 * F_, D, generator=gen)).requires_grad_()
+    down = (0.1 * torch.randn(E, D, F_, generator=gen)).requires_grad_()
+    x_TD = torch.randn(T, D, generator=gen, requires_grad=True)
+    idx_TK = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(T)])  # top-k order, not id order
+    w_TK = torch.rand(T, K, generator=gen, requires_grad=True)
+    order_N, token_N, counts = dispatch(idx_TK.sort(dim=1).values, E)
+    w_sorted = w_TK.gather(1, idx_TK.sort(dim=1).indices)
+    scattered = torch.zeros(T, D).index_add_(
+        0, token_N, grouped_swiglu(x_TD[token_N], counts, gate_up, down) * w_sorted.reshape(-1)[order_N, None]
+    )
+    permuted = sorted_swiglu(x_TD, idx_TK, w_TK, gate_up, down)
+    assert torch.equal(permuted, scattered)
+    grads = [torch.autograd.grad(y.square().sum(), (x_TD, w_TK, gate_up, down)) for y in (scattered, permuted)]
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+
+
 def test_slotted_experts_equal_the_sorted_grouping_bit_for_bit_with_gradients():
     from lego_rl.model.moe import slotted_swiglu
 
