@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from lego_rl.engine import Engine, EngineConfig
@@ -62,3 +63,14 @@ def test_logprobs_and_gradients_equal_the_flat_packing(byte_model_dir: Path) -> 
     assert flat_grads.keys() == shared_grads.keys()
     for name in flat_grads:
         torch.testing.assert_close(shared_grads[name], flat_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_a_tail_layout_the_model_cannot_honour_is_refused_with_the_reason(byte_model_dir: Path) -> None:
+    model = load_model(byte_model_dir)
+    ids = torch.arange(10)
+    with pytest.raises(ValueError, match="must come after every other one"):
+        model(ids, seq_lens=[3, 4, 3], prefix_of=[-1, 0, -1])  # a tail before a plain sequence
+    with pytest.raises(ValueError, match="must come after every other one"):
+        model(ids, seq_lens=[3, 4, 3], prefix_of=[-1, 0, 1])  # a tail continuing a tail
+    with pytest.raises(ValueError, match="names 2 sequences"):
+        model(ids, seq_lens=[3, 4, 3], prefix_of=[-1, 0])
