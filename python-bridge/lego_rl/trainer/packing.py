@@ -121,14 +121,14 @@ def pack_step(
 
     # Segments sharing their untrainable head (tokens and routing before the first trainable
     # token) pack that head once; each then continues as a tail.
-    heads: dict[bytes, list[int]] = {}
+    heads: dict[tuple[int, bytes, bytes], list[int]] = {}
     if share_prefixes:
         for i, (_, _, segment, routing) in enumerate(segments):
             trainable = np.flatnonzero(segment.loss_mask)
             if trainable.size == 0:
                 continue
             f = int(trainable[0])
-            key = segment.token_ids[:f].tobytes() + b"|" + (b"" if routing is None else routing[:f].tobytes())
+            key = (f, segment.token_ids[:f].tobytes(), b"" if routing is None else routing[:f].tobytes())
             heads.setdefault(key, []).append(i)
     shared = [members for members in heads.values() if len(members) > 1]
     head_of = {i: g for g, members in enumerate(shared) for i in members}
