@@ -135,7 +135,7 @@ def pack_step(
 
     leading: list[_Piece] = []
     head_index: list[int] = []  # packed sequence of each shared group's head
-    for g, members in enumerate(shared):
+    for members in shared:
         n, _, segment, routing = segments[members[0]]
         f = int(np.flatnonzero(segment.loss_mask)[0])
         head_index.append(len(leading))
