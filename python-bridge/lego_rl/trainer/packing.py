@@ -61,13 +61,23 @@ class PackedStep:
     """This rank's share of the step's trajectories (its loss is a mean over its own)."""
     prefix_of: list[int] | None = None
     """Per packed sequence, the earlier sequence whose tokens it continues (-1: none); None when nothing is shared."""
-    source_tokens: int = 0
-    """Tokens of the packed segments before sharing (what the step trains on)."""
 
     @property
     def num_tokens(self) -> int:
         """Packed tokens: what the forward pass computes (a shared prefix counts once)."""
         return int(self.input_ids_T.shape[0])
+
+    @property
+    def source_tokens(self) -> int:
+        """Tokens of the packed segments before sharing (what the step trains on).
+
+        A shared prefix is packed once as a sequence of its own, and every tail's segment holds it.
+        """
+        if self.prefix_of is None:
+            return self.num_tokens
+        heads = {p for p in self.prefix_of if p >= 0}
+        repeated = sum(self.seq_lens[p] for p in self.prefix_of if p >= 0)
+        return self.num_tokens - sum(self.seq_lens[h] for h in heads) + repeated
 
 
 def trajectories_of(batches: Sequence[DecodedBatch]) -> dict[str, Trajectory]:
@@ -197,7 +207,6 @@ def pack_step(
         trajectory_ids=list(advantages.trajectory_ids),
         loss_scale=loss_scale,
         prefix_of=prefix_of if tails else None,
-        source_tokens=sum(int(segment.token_ids.size) for _, _, segment, _ in segments),
     )
 
 

@@ -163,7 +163,7 @@ class PolicyUpdater:
         self.optimizer.step()
         metrics.update(loss_metrics)
         metrics["optim/grad_norm"] = float(grad_norm)
-        metrics["batch/tokens"] = float(step.source_tokens or step.num_tokens)
+        metrics["batch/tokens"] = float(step.source_tokens)
         metrics["batch/packed_tokens"] = float(step.num_tokens)
         metrics["batch/trainable_tokens"] = float(step.targets_R.numel())
         metrics["batch/trajectories"] = float(len(step.trajectory_ids))
