@@ -97,6 +97,8 @@ class _Piece:
     start: int
     end: int
     routing: np.ndarray | None
+    trainable: np.ndarray
+    """The segment's trainable token indices (all of them, not only this run's)."""
 
 
 def pack_step(
@@ -110,7 +112,7 @@ def pack_step(
     share_prefixes: bool = True,
 ) -> PackedStep:
     """Packs the trajectories that `advantages` selected, in its order."""
-    segments: list[tuple[int, str, Segment, np.ndarray | None]] = []
+    segments: list[tuple[int, Segment, np.ndarray | None, np.ndarray]] = []
     for n, trajectory_id in enumerate(advantages.trajectory_ids):
         for segment in trajectories[trajectory_id].segments:
             if segment.token_ids.size == 0:
@@ -125,16 +127,15 @@ def pack_step(
             if replay and segment.routing is not None:
                 routing = segment.routing.reshape(segment.token_ids.size, layers, top_k).astype(np.int64)
                 routing[segment.routing_recorded == 0] = UNRECORDED
-            segments.append((n, trajectory_id, segment, routing))
-    if replay and any(r is not None for *_, r in segments) and any(r is None for *_, r in segments):
+            segments.append((n, segment, routing, trainable))
+    if replay and any(r is not None for _, _, r, _ in segments) and any(r is None for _, _, r, _ in segments):
         raise PackingError("some segments carry routing and others do not; a batch must be all MoE or all dense")
 
     # Segments sharing their untrainable head (tokens and routing before the first trainable
     # token) pack that head once; each then continues as a tail.
     heads: dict[tuple[int, bytes, bytes], list[int]] = {}
     if share_prefixes:
-        for i, (_, _, segment, routing) in enumerate(segments):
-            trainable = np.flatnonzero(segment.loss_mask)
+        for i, (_, segment, routing, trainable) in enumerate(segments):
             if trainable.size == 0:
                 continue
             f = int(trainable[0])
@@ -146,18 +147,17 @@ def pack_step(
     leading: list[_Piece] = []
     head_index: list[int] = []  # packed sequence of each shared group's head
     for members in shared:
-        n, _, segment, routing = segments[members[0]]
-        f = int(np.flatnonzero(segment.loss_mask)[0])
+        n, segment, routing, trainable = segments[members[0]]
         head_index.append(len(leading))
-        leading.append(_Piece(segment, n, 0, f, routing))
-    for i, (n, _, segment, routing) in enumerate(segments):
+        leading.append(_Piece(segment, n, 0, int(trainable[0]), routing, trainable))
+    for i, (n, segment, routing, trainable) in enumerate(segments):
         if i not in head_of:
-            leading.append(_Piece(segment, n, 0, segment.token_ids.size, routing))
+            leading.append(_Piece(segment, n, 0, segment.token_ids.size, routing, trainable))
     tails: list[tuple[_Piece, int]] = []
-    for i, (n, _, segment, routing) in enumerate(segments):
+    for i, (n, segment, routing, trainable) in enumerate(segments):
         if i in head_of:
-            f = int(np.flatnonzero(segment.loss_mask)[0])
-            tails.append((_Piece(segment, n, f, segment.token_ids.size, routing), head_index[head_of[i]]))
+            piece = _Piece(segment, n, int(trainable[0]), segment.token_ids.size, routing, trainable)
+            tails.append((piece, head_index[head_of[i]]))
 
     ids, routing_parts, rows, targets, rollout, sequence, lens = [], [], [], [], [], [], []
     offsets: list[int] = []
@@ -174,8 +174,7 @@ def pack_step(
 
     def add_targets(piece: _Piece, row_of_first: int | None, own_offset: int) -> None:
         segment = piece.segment
-        trainable = np.flatnonzero(segment.loss_mask)
-        trainable = trainable[(trainable >= piece.start) & (trainable < piece.end)]
+        trainable = piece.trainable[(piece.trainable >= piece.start) & (piece.trainable < piece.end)]
         if trainable.size == 0:
             return
         # Token t is predicted by the row of token t - 1; a tail's first token by its head's last row.
