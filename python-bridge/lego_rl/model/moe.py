@@ -192,6 +192,13 @@ def all_experts_swiglu(
     return (w_TE.t()[:, :, None] * y_ETD).sum(0)
 
 
+def _in_expert_id_order(idx_TK: torch.Tensor, w_TK: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's chosen experts in id order, with their weights: HF sums a token's terms in
+    that order, so the paths that regroup copies keep it (a no-op for the sum of two terms)."""
+    idx_TK, order_TK = torch.sort(idx_TK, dim=1)
+    return idx_TK, w_TK.gather(1, order_TK)
+
+
 def slotted_swiglu(
     x_TD: torch.Tensor, idx_TK: torch.Tensor, w_TK: torch.Tensor, w_gate_up_EFD: torch.Tensor, w_down_EDF: torch.Tensor
 ) -> torch.Tensor | None:
@@ -211,9 +218,7 @@ def slotted_swiglu(
     C = int(torch.bincount(idx_TK.reshape(-1), minlength=E).max())
     if C * 3 * ffn * D > _PADDED_MAX_MACS_PER_EXPERT:
         return None
-    # Expert-id order within each token, as HF sums (a no-op for the order of two terms).
-    idx_TK, order_TK = torch.sort(idx_TK, dim=1)
-    w_TK = w_TK.gather(1, order_TK)
+    idx_TK, w_TK = _in_expert_id_order(idx_TK, w_TK)
     onehot_NE = F.one_hot(idx_TK.reshape(-1), E)
     rank_N = (onehot_NE.cumsum(0) * onehot_NE).sum(1) - 1
     slot_N = idx_TK.reshape(-1) * C + rank_N
@@ -257,8 +262,7 @@ def sorted_swiglu(
     """
     T, D = x_TD.shape
     K = idx_TK.shape[1]
-    idx_TK, order_TK = torch.sort(idx_TK, dim=1)
-    w_TK = w_TK.gather(1, order_TK)
+    idx_TK, w_TK = _in_expert_id_order(idx_TK, w_TK)
     order_N, _, counts = dispatch(idx_TK, w_down_EDF.shape[0])
     inverse_N = torch.empty_like(order_N)
     inverse_N[order_N] = torch.arange(order_N.numel(), device=order_N.device)
