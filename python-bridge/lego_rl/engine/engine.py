@@ -2,9 +2,12 @@
 
 1. The engine knows only token ids (the proxy owns chat templates and tokenizers).
 2. Every `step()` is one forward pass over a packed batch: the prompts of newly admitted
-   requests (prefill), the last sampled token of each running request (decode), and the
-   final token of each request that just finished (fed once so it, too, gets a routing
-   row). New requests therefore join between decode steps.
+   requests (prefill) and the last sampled token of each running request (decode). New
+   requests therefore join between decode steps. A request finishes in the step that
+   samples its last token: that token is never fed back, so it has no routing row (as in
+   vLLM and SGLang). Feeding it once more would cost a forward pass per request and
+   delay every reply by a step, for a row the trainer never needs: the last token's
+   hidden state predicts nothing that is trained.
 3. Every sequence owns a slot of one shared KV pool; decode steps attend in one call per
    layer over the pool (shorter sequences masked), prefills per sequence. Masked keys weigh
    exactly 0 and the dense/expert math is row-wise, so batch neighbours change a request's
@@ -87,8 +90,6 @@ class _Sequence:
     versions: list[int] = field(default_factory=list)
     prompt_routing: torch.Tensor | None = None
     routing_rows: list[torch.Tensor] = field(default_factory=list)
-    finish: FinishReason | None = None
-    """Set when the last token is sampled; the sequence leaves after feeding it once more."""
 
 
 class Engine:
@@ -200,27 +201,23 @@ class Engine:
         fed = [i for i in range(len(seqs)) if i not in leader_of]
         lens = [len(seqs[i].pending) for i in fed]
         ends = (torch.tensor(lens).cumsum(0) - 1).tolist()
-        logits_fed = [j for j, i in enumerate(fed) if seqs[i].finish is None]
         out = self.model(
             torch.tensor([t for i in fed for t in seqs[i].pending], device=self.config.device),
             seq_lens=lens,
             caches=[seqs[i].cache for i in fed],
             return_routing=True,
-            logits_rows=torch.tensor([ends[j] for j in logits_fed], dtype=torch.int64, device=self.config.device),
+            logits_rows=torch.tensor(ends, dtype=torch.int64, device=self.config.device),
         )
         routing_TLK = out.routing.cpu()
         starts = [end - n + 1 for end, n in zip(ends, lens)]
         position = {i: j for j, i in enumerate(fed)}
         for follower, leader in leader_of.items():
             self._kv.copy_prefix(seqs[leader].cache, seqs[follower].cache)
-        sampling = [i for i, s in enumerate(seqs) if s.finish is None]
-        logits_row = {fed[j]: row for row, j in enumerate(logits_fed)}
-        rows_R = [logits_row[leader_of.get(i, i)] for i in sampling]
-        logits_RV = out.logits if rows_R == list(range(len(logits_fed))) else out.logits[rows_R]
-        chosen = self._choose(seqs, sampling, logits_RV)
-        tokens_R = torch.tensor([chosen[i] for i in sampling], device=logits_RV.device, dtype=torch.int64)
-        logprobs_R = raw_logprobs(logits_RV, tokens_R).tolist() if sampling else []
-        logprob_of = dict(zip(sampling, logprobs_R))
+        every = list(range(len(seqs)))
+        logits_RV = out.logits[[position[leader_of.get(i, i)] for i in every]] if leader_of else out.logits
+        chosen = self._choose(seqs, every, logits_RV)
+        tokens_R = torch.tensor([chosen[i] for i in every], device=logits_RV.device, dtype=torch.int64)
+        logprobs_R = raw_logprobs(logits_RV, tokens_R).tolist()
         events: list[TokenEvent | GenerationResult] = []
         for i, seq in enumerate(seqs):
             j = position[leader_of.get(i, i)]
@@ -229,11 +226,11 @@ class Engine:
                 seq.prompt_routing = rows
             else:
                 seq.routing_rows.append(rows)
-            if seq.finish is not None:
+            events.append(self._record(seq, chosen[i], logprobs_R[i]))
+            finish = self._finish_reason(seq)
+            if finish is not None:
                 del self._running[seq.request.request_id]
-                events.append(self._retire(seq, seq.finish))
-                continue
-            events.append(self._record(seq, chosen[i], logprob_of[i]))
+                events.append(self._retire(seq, finish))
         return events
 
     @staticmethod
@@ -263,11 +260,16 @@ class Engine:
         seq.logprobs.append(logprob)
         seq.versions.append(self.policy_version)
         seq.pending = [token]
-        if token in seq.request.sampling.stop_token_ids:
-            seq.finish = "stop"
-        elif len(seq.completion) >= seq.budget:
-            seq.finish = "length"
         return TokenEvent(seq.request.request_id, token, logprob, self.policy_version)
+
+    @staticmethod
+    def _finish_reason(seq: _Sequence) -> FinishReason | None:
+        """Why the sequence ends with the token it just sampled, or None when it goes on."""
+        if seq.completion[-1] in seq.request.sampling.stop_token_ids:
+            return "stop"
+        if len(seq.completion) >= seq.budget:
+            return "length"
+        return None
 
     def _retire(self, seq: _Sequence, reason: FinishReason) -> GenerationResult:
         """Free the sequence's KV slot and return what it produced."""

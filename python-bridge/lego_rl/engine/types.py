@@ -113,9 +113,9 @@ class GenerationResult:
     prompt_routing: torch.Tensor
     """[P, L, K] int16: experts each prompt token used as input (prefill)."""
     completion_routing: torch.Tensor
-    """[C, L, K] int16: experts each completion token used when fed back as input; the last
-    token is fed once more after it is sampled so that every token has a row. An aborted
-    request has rows only for tokens already fed (C - 1 or fewer)."""
+    """[C - 1, L, K] int16: experts each completion token used when fed back as input. The
+    last sampled token is never fed back, so it has no row (as in vLLM and SGLang); an
+    aborted request likewise has rows only for the tokens already fed."""
     policy_versions: list[int]
     """Weight version that sampled each completion token (weights may change mid-request)."""
     finish_reason: FinishReason

@@ -10,8 +10,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-SCHEMA_VERSION = "1.2.0"
-SCHEMA_MAJOR = 1
+SCHEMA_VERSION = "2.0.0"
+SCHEMA_MAJOR = 2
 
 # Routing values: uint8 when the model has at most 256 experts, else uint16.
 RoutingArray: TypeAlias = npt.NDArray[np.uint8] | npt.NDArray[np.uint16]
@@ -381,7 +381,7 @@ class GenerateResult:
     prompt_routing: npt.NDArray[np.uint16]
     """Experts per prompt token from prefill, flattened [prompt, moe_layers, top_k]."""
     completion_routing: npt.NDArray[np.uint16]
-    """Experts per completion token when fed as input, flattened [completion, moe_layers, top_k]; an aborted request has rows only for tokens already fed."""
+    """Experts per completion token when fed as input, flattened [completion - 1, moe_layers, top_k]: the last sampled token is never fed back, so it has no row; an aborted request has rows only for tokens already fed."""
     moe_layers: int
     """Routing rows per token."""
     top_k: int

@@ -55,7 +55,7 @@ def test_duplicate_request_id_is_refused(byte_model: MoeForCausalLM):
 def test_generation_stops_at_the_context_limit(byte_model: MoeForCausalLM):
     result = Engine(byte_model, EngineConfig(max_context=20)).generate([request(ids=tuple(range(15)), max_tokens=100)])["r"]
     assert len(result.completion_token_ids) == 5 and result.finish_reason == "length"
-    assert result.completion_routing.shape == (5, 4, 2)
+    assert result.completion_routing.shape == (4, 4, 2)  # the last token is never fed back
 
 
 def test_abort_returns_partial_result_and_frees_the_slot(byte_model: MoeForCausalLM):
@@ -67,7 +67,7 @@ def test_abort_returns_partial_result_and_frees_the_slot(byte_model: MoeForCausa
     aborted = engine.abort("a")
     assert aborted.finish_reason == "abort" and len(aborted.completion_token_ids) == 4
     assert aborted.completion_routing.shape[0] == 3  # the 4th token was sampled, never fed
-    assert engine.num_running == 0  # b finished (3 tokens + its final feed)
+    assert engine.num_running == 0  # b finished in the step that sampled its 3rd token
     with pytest.raises(UnknownRequestError):
         engine.abort("a")
     engine.submit(request("queued"))

@@ -15,13 +15,14 @@ def greedy(rid: str, ids: tuple[int, ...], max_tokens: int = 24) -> GenerationRe
 
 
 def full_forward(model: MoeForCausalLM, result: GenerationResult, replay: bool = False):
-    """Logits, raw logprobs of the completion and routing of a full forward over prompt + completion."""
+    """Logits, raw logprobs of the completion and routing of one forward over what the engine
+    fed: prompt + completion but the last sampled token, which is never fed back."""
     ids = torch.tensor([*result.prompt_token_ids, *result.completion_token_ids])
     routing = torch.cat([result.prompt_routing, result.completion_routing]) if replay else None
     with torch.no_grad():
-        out = model(ids, routing_replay=routing, return_routing=True)
+        out = model(ids[:-1], routing_replay=routing, return_routing=True)
     P = len(result.prompt_token_ids)
-    logprobs = torch.log_softmax(out.logits.float(), -1)[P - 1 : -1].gather(1, ids[P:, None])[:, 0]
+    logprobs = torch.log_softmax(out.logits.float(), -1)[P - 1 :].gather(1, ids[P:, None])[:, 0]
     return out.logits, logprobs, out.routing
 
 
@@ -43,7 +44,7 @@ def test_engine_logprobs_and_routing_equal_the_models_full_forward(byte_model: M
     ]
     for result in Engine(byte_model).generate(requests).values():
         P, C = len(result.prompt_token_ids), len(result.completion_token_ids)
-        assert result.prompt_routing.shape == (P, 4, 2) and result.completion_routing.shape == (C, 4, 2)
+        assert result.prompt_routing.shape == (P, 4, 2) and result.completion_routing.shape == (C - 1, 4, 2)
         logits, logprobs, routing = full_forward(byte_model, result)
         assert (logprobs - result.logprobs).abs().max().item() < 1e-5
         assert torch.equal(routing, torch.cat([result.prompt_routing, result.completion_routing]))
@@ -92,7 +93,7 @@ def test_stop_token_ends_the_completion_and_is_included(byte_model: MoeForCausal
     result = Engine(byte_model).generate([req])["s"]
     assert result.completion_token_ids == reference[: first + 1]
     assert result.finish_reason == "stop"
-    assert result.completion_routing.shape[0] == first + 1
+    assert result.completion_routing.shape[0] == first  # the stop token is never fed back
 
 
 def test_copies_of_one_prompt_admitted_together_prefill_once_and_sample_as_they_would_alone(byte_model: MoeForCausalLM):

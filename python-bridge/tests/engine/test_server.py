@@ -19,7 +19,7 @@ from lego_rl.engine.server import EngineServer, EngineServerConfig
 from lego_rl.model import load_model
 from lego_rl.model.tiny import write_tiny_model
 from lego_rl.schema import encode_control
-from lego_rl.schema.generated import SCHEMA_VERSION, Abort, Ack, EngineHello, EngineInfo, Error, GenerateRequest, GenerateResult, TokenChunk
+from lego_rl.schema.generated import SCHEMA_MAJOR, SCHEMA_VERSION, Abort, Ack, EngineHello, EngineInfo, Error, GenerateRequest, GenerateResult, TokenChunk
 
 from .server_support import Client, serving
 
@@ -148,7 +148,7 @@ BAD_INPUTS: dict[str, tuple[list[bytes], str, str | None, str | None]] = {
     "unknown kind": ([msgpack.packb({"kind": "generate_all", "request_id": "k"})], "bad_frame", "k", None),
     "a message engines do not take": ([encode_control(Ack(batch_id="b", status="accepted", reason=None))], "unexpected_message", None, None),
     "two frames": ([b"a", b"b"], "bad_frame", None, None),
-    "another schema major": ([encode_control(EngineHello(client_id="old", schema_version="2.0.0"))], "schema_version", None, None),
+    "another schema major": ([encode_control(EngineHello(client_id="old", schema_version=f"{SCHEMA_MAJOR + 1}.0.0"))], "schema_version", None, None),
     "abort of an unknown request": ([encode_control(Abort(request_id="ghost"))], "unknown_request", "ghost", "request_id"),
 }
 

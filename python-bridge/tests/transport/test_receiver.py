@@ -17,6 +17,7 @@ import torch
 import zmq
 
 from lego_rl.schema import Ack, Credit, Error, decode_control, encode_control
+from lego_rl.schema.generated import SCHEMA_MAJOR
 from lego_rl.transport import Receiver, ReceiverConfig
 from lego_rl.transport.receiver import shares_frame
 
@@ -166,7 +167,7 @@ def _bad_batches() -> dict[str, tuple[bytes, str]]:
     return {
         "payload that is not Arrow": (b"\x00" * 64, "TruncatedStreamError"),
         "payload cut short": (good[: len(good) // 2], "TruncatedStreamError"),
-        "another schema major version": (payload(version="2.0.0"), "SchemaVersionError"),
+        "another schema major version": (payload(version=f"{SCHEMA_MAJOR + 1}.0.0"), "SchemaVersionError"),
         "logprobs shorter than tokens": (payload(rows, shape, validate=False), "RecordShapeError"),
     }
 

@@ -9,6 +9,8 @@
  *    engine has fed it back as input, so the routing of the whole completion
  *    (and the prompt's) arrives with the GenerateResult: `generate` yields it as
  *    a last chunk with no new tokens, whose `routing_recorded` covers them all.
+ *    The last sampled token is never fed back (the engine finishes in the step
+ *    that samples it), so its row is zero padding with `routing_recorded` 0.
  * 3. Routing crosses the wire as uint16 and is narrowed to uint8 when the model
  *    has at most 256 experts, the schema's rule for Segment.routing.
  * 4. Aborting the signal sends Abort (the engine stops the request) and the
@@ -209,15 +211,22 @@ export class ZmqEngine implements EngineClient {
     const width = result.moe_layers * result.top_k;
     const chunk: GenerateChunk = { token_ids: [], logprobs: [], routing: null, policy_version: result.policy_version, finish_reason: result.finish_reason };
     if (width === 0) return chunk; // a dense model has no routing
-    const rows = (values: Uint16Array, tokens: number, what: string): Routing => {
-      if (values.length !== tokens * width) {
-        throw new EngineError(this.name, `request ${req.request_id}: ${what} has ${values.length} values, expected [${tokens}, ${result.moe_layers}, ${result.top_k}]`);
-      }
-      return info.num_experts <= 256 ? Uint8Array.from(values) : values;
-    };
-    chunk.routing = rows(result.completion_routing, ids.length, "completion_routing");
-    chunk.routing_recorded = new Uint8Array(ids.length).fill(1);
-    chunk.prompt_routing = rows(result.prompt_routing, req.prompt_ids.length, "prompt_routing");
+    const shapeError = (what: string, values: Uint16Array, expected: string): EngineError =>
+      new EngineError(this.name, `request ${req.request_id}: ${what} has ${values.length} values, expected ${expected} x [${result.moe_layers}, ${result.top_k}]`);
+    const narrow = (values: Uint16Array): Routing => (info.num_experts <= 256 ? Uint8Array.from(values) : values);
+    if (result.prompt_routing.length !== req.prompt_ids.length * width) {
+      throw shapeError("prompt_routing", result.prompt_routing, `[${req.prompt_ids.length}]`);
+    }
+    chunk.prompt_routing = narrow(result.prompt_routing);
+    // One row per completion token fed back: all but the last sampled one.
+    const fed = result.completion_routing.length / width;
+    if (!Number.isInteger(fed) || fed !== Math.max(0, ids.length - 1)) {
+      throw shapeError("completion_routing", result.completion_routing, `[${Math.max(0, ids.length - 1)}] (every completion token but the last)`);
+    }
+    const completion = new Uint16Array(ids.length * width);
+    completion.set(result.completion_routing);
+    chunk.routing = narrow(completion);
+    chunk.routing_recorded = new Uint8Array(ids.length).fill(1, 0, fed);
     return chunk;
   }
 

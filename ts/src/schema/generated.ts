@@ -4,8 +4,8 @@ import {
   Uint8, Uint16, Uint32, Utf8, type DataType,
 } from "apache-arrow";
 
-export const SCHEMA_VERSION = "1.2.0";
-export const SCHEMA_MAJOR = 1;
+export const SCHEMA_VERSION = "2.0.0";
+export const SCHEMA_MAJOR = 2;
 
 /** Routing values: uint8 when the model has at most 256 experts, else uint16. */
 export type RoutingArray = Uint8Array | Uint16Array;
@@ -321,7 +321,7 @@ export interface GenerateResult {
   logprobs: Float32Array;
   /** Experts per prompt token from prefill, flattened [prompt, moe_layers, top_k]. */
   prompt_routing: Uint16Array;
-  /** Experts per completion token when fed as input, flattened [completion, moe_layers, top_k]; an aborted request has rows only for tokens already fed. */
+  /** Experts per completion token when fed as input, flattened [completion - 1, moe_layers, top_k]: the last sampled token is never fed back, so it has no row; an aborted request has rows only for tokens already fed. */
   completion_routing: Uint16Array;
   /** Routing rows per token. */
   moe_layers: number;
