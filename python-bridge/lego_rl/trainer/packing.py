@@ -18,6 +18,11 @@ N trajectories, L MoE layers, K experts per token.
    those of the flat packing up to summation order, and the prefix's rows get the
    sum of the gradients its copies would get; only the forward and backward of the
    repeated prompt tokens are saved.
+6. A packed sequence ends before its last trainable token: that token is a target, and
+   as an input it would only predict the token after it, which nothing trains. So the
+   last sampled token of a trajectory (which the engine never feeds back and records no
+   routing for) and any template tokens after it are not packed. A shared prefix is kept
+   whole: its last row predicts its tails' first tokens.
 """
 
 from __future__ import annotations
@@ -61,6 +66,8 @@ class PackedStep:
     """This rank's share of the step's trajectories (its loss is a mean over its own)."""
     prefix_of: list[int] | None = None
     """Per packed sequence, the earlier sequence whose tokens it continues (-1: none); None when nothing is shared."""
+    unpacked_tail_tokens: int = 0
+    """Segment tokens left out after each sequence's last input row (see the module docstring, 6)."""
 
     @property
     def num_tokens(self) -> int:
@@ -71,13 +78,14 @@ class PackedStep:
     def source_tokens(self) -> int:
         """Tokens of the packed segments before sharing (what the step trains on).
 
-        A shared prefix is packed once as a sequence of its own, and every tail's segment holds it.
+        A shared prefix is packed once as a sequence of its own, and every tail's segment
+        holds it; the tokens after each sequence's last input row count too.
         """
         if self.prefix_of is None:
-            return self.num_tokens
+            return self.num_tokens + self.unpacked_tail_tokens
         heads = {p for p in self.prefix_of if p >= 0}
         repeated = sum(self.seq_lens[p] for p in self.prefix_of if p >= 0)
-        return self.num_tokens - sum(self.seq_lens[h] for h in heads) + repeated
+        return self.num_tokens - sum(self.seq_lens[h] for h in heads) + repeated + self.unpacked_tail_tokens
 
 
 def trajectories_of(batches: Sequence[DecodedBatch]) -> dict[str, Trajectory]:
@@ -90,7 +98,8 @@ def trajectories_of(batches: Sequence[DecodedBatch]) -> dict[str, Trajectory]:
 
 @dataclass(frozen=True, slots=True)
 class _Piece:
-    """A run of one segment's tokens [start, end) that becomes a packed sequence."""
+    """A run of one segment's tokens [start, end) whose trainable tokens it predicts; its
+    packed sequence is [start, inputs_end)."""
 
     segment: Segment
     trajectory: int
@@ -99,6 +108,17 @@ class _Piece:
     routing: np.ndarray | None
     trainable: np.ndarray
     """The segment's trainable token indices (all of them, not only this run's)."""
+    whole: bool = False
+    """Pack every token of the run (a shared prefix: its last row predicts its tails)."""
+
+    @property
+    def inputs_end(self) -> int:
+        """End of the rows the run needs as input: up to its last trainable token, exclusive
+        (module docstring, 6); at least one row, so that every packed sequence has tokens."""
+        if self.whole:
+            return self.end
+        trainable = self.trainable[(self.trainable >= self.start) & (self.trainable < self.end)]
+        return max(self.start + 1, int(trainable[-1])) if trainable.size else self.end
 
 
 def pack_step(
@@ -149,7 +169,7 @@ def pack_step(
     for members in shared:
         n, segment, routing, trainable = segments[members[0]]
         head_index.append(len(leading))
-        leading.append(_Piece(segment, n, 0, int(trainable[0]), routing, trainable))
+        leading.append(_Piece(segment, n, 0, int(trainable[0]), routing, trainable, whole=True))
     for i, (n, segment, routing, trainable) in enumerate(segments):
         if i not in head_of:
             leading.append(_Piece(segment, n, 0, segment.token_ids.size, routing, trainable))
@@ -162,14 +182,17 @@ def pack_step(
     ids, routing_parts, rows, targets, rollout, sequence, lens = [], [], [], [], [], [], []
     offsets: list[int] = []
     offset = 0
+    unpacked = 0
     for piece in [*leading, *(t for t, _ in tails)]:
         offsets.append(offset)
         segment = piece.segment
-        ids.append(segment.token_ids[piece.start : piece.end])
-        lens.append(piece.end - piece.start)
+        end = piece.inputs_end
+        ids.append(segment.token_ids[piece.start : end])
+        lens.append(end - piece.start)
         if piece.routing is not None:
-            routing_parts.append(piece.routing[piece.start : piece.end])
-        offset += piece.end - piece.start
+            routing_parts.append(piece.routing[piece.start : end])
+        offset += end - piece.start
+        unpacked += piece.end - end
     prefix_of = [-1] * len(leading) + [head for _, head in tails]
 
     def add_targets(piece: _Piece, row_of_first: int | None, own_offset: int) -> None:
@@ -206,6 +229,7 @@ def pack_step(
         trajectory_ids=list(advantages.trajectory_ids),
         loss_scale=loss_scale,
         prefix_of=prefix_of if tails else None,
+        unpacked_tail_tokens=unpacked,
     )
 
 

@@ -28,7 +28,12 @@ def test_each_trainable_token_is_predicted_from_the_row_before_it() -> None:
     step, rows = _packed(rows)
     segment = rows[0].segments[0]
     trainable = np.flatnonzero(segment.loss_mask)
-    assert step.seq_lens == [23, 6]  # the empty segment is dropped, the trajectory without segments too
+    # The empty segment is dropped, the trajectory without segments too. The 23-token segment
+    # is packed up to its last trainable token, exclusive: as an input, that token and the
+    # template tokens after it would only predict tokens nothing trains.
+    assert segment.token_ids.size == 23 and step.seq_lens == [int(trainable[-1]), 6]
+    assert step.unpacked_tail_tokens == 23 - int(trainable[-1])
+    assert step.source_tokens == 23 + 6
     assert step.logit_rows_R.tolist() == (trainable - 1).tolist()
     assert step.targets_R.tolist() == segment.token_ids[trainable].tolist()
     assert torch.equal(step.rollout_logprobs_R, torch.from_numpy(segment.logprobs[trainable]))
@@ -38,7 +43,7 @@ def test_each_trainable_token_is_predicted_from_the_row_before_it() -> None:
 def test_unrecorded_routing_is_marked_for_the_trainer_to_route_itself() -> None:
     rows, _ = build_batch(CASE, "Trajectory")
     step, _ = _packed(rows)
-    assert step.routing_TLK is not None and step.routing_TLK.shape == (29, 4, 2)
+    assert step.routing_TLK is not None and step.routing_TLK.shape == (step.num_tokens, 4, 2)
     assert (step.routing_TLK[[0, 5]] == UNRECORDED).all()
     assert (step.routing_TLK[[1, 2, 3, 4, 6]] >= 0).all()
 

@@ -36,7 +36,9 @@ def test_each_prompt_is_packed_once_and_every_trainable_token_is_kept(byte_model
     assert shared.prefix_of[:2] == [-1, -1] and sorted(shared.prefix_of[2:]) == [0] * 4 + [1] * 4
     assert shared.seq_lens[:2] == [len(b"write a"), len(b"say it: ")]
     assert shared.num_tokens == flat.num_tokens - 3 * (len(b"write a") + len(b"say it: "))
-    assert shared.source_tokens == flat.source_tokens == flat.num_tokens
+    # Every trajectory's last sampled token is an input to nothing trained, so neither packs it.
+    assert flat.unpacked_tail_tokens == shared.unpacked_tail_tokens == 8
+    assert shared.source_tokens == flat.source_tokens == flat.num_tokens + 8
     # The same (trajectory, token, rollout logprob) triples, whatever their order.
     def triples(step: PackedStep) -> list[tuple[int, int, float]]:
         return sorted(zip(step.sequence_R.tolist(), step.targets_R.tolist(), step.rollout_logprobs_R.tolist()))
