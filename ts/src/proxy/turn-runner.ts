@@ -8,7 +8,7 @@ import type { EngineClient } from "../engine/types.ts";
 import { EngineAbortedError } from "../engine/types.ts";
 import type { AssistantReply, ChatMessage, ChatRequest, ReplyStop, ToolCall } from "./chat.ts";
 import type { SessionCapture } from "./capture/session-capture.ts";
-import type { PromptCodec } from "./capture/thread-capture.ts";
+import type { PromptCodec, PromptPlan, ThreadCapture } from "./capture/thread-capture.ts";
 import { ProxyEngineError, ClientGoneError } from "./errors.ts";
 import type { FinishReason, Routing, Turn } from "./records.ts";
 import { CompletionParser, type ToolCallFormat } from "./tool-calls.ts";
@@ -34,8 +34,15 @@ export interface RunnerConfig {
   maxTokens: number;
 }
 
-/** Streams one call. Throws ClientGoneError when `signal` aborts, ProxyEngineError when the engine fails. */
-export async function* runTurn(
+/** What a call needs from its request once its prompt is planned. */
+type CallOptions = Pick<ChatRequest, "tools" | "tool_choice" | "sampling">;
+
+/**
+ * Plans the prompt now (a template or tokenizer error throws here) and streams one
+ * call. The stream throws ClientGoneError when `signal` aborts, ProxyEngineError
+ * when the engine fails.
+ */
+export function runTurn(
   cfg: RunnerConfig,
   capture: SessionCapture,
   req: ChatRequest,
@@ -43,6 +50,22 @@ export async function* runTurn(
   signal: AbortSignal,
 ): AsyncGenerator<ReplyEvent> {
   const { thread, plan } = capture.plan(req);
+  // Only the tools and sampling settings travel on. The parsed history (up to
+  // hundreds of KB of strings per call) then dies young while the engine works,
+  // instead of surviving scavenges, and being copied by them, for every call in flight.
+  const options: CallOptions = { tools: req.tools, tool_choice: req.tool_choice, sampling: req.sampling };
+  return streamTurn(cfg, capture, thread, plan, options, toolCallIdPrefix, signal);
+}
+
+async function* streamTurn(
+  cfg: RunnerConfig,
+  capture: SessionCapture,
+  thread: ThreadCapture,
+  plan: PromptPlan,
+  req: CallOptions,
+  toolCallIdPrefix: string,
+  signal: AbortSignal,
+): AsyncGenerator<ReplyEvent> {
   const turnId = capture.nextTurnId();
   const started = performance.now();
   const started_at_ms = Date.now();
