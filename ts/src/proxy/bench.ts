@@ -38,6 +38,7 @@
  *
  * Run: pnpm exec tsx src/proxy/bench.ts [--sessions 64] [--target-tokens 30000]
  *        [--decode-ms-per-token 20] [--tool-ms 100] [--workloads paced,back_to_back] [--only direct,passthrough,litellm,proxy] [--engine inproc|vllm]
+ * The proxy process runs with the V8 flags `lego` uses (node-flags.ts).
  * Profiling the proxy process: BENCH_PROXY_PROFILE_DIR=dir (--cpu-prof), BENCH_PROXY_NODE_FLAGS="--trace-gc".
  * Last stdout line: {"bench":"proxy","measure":...,"overhead_p50_ms",...}.
  */
@@ -54,6 +55,7 @@ import { ScriptedEngine } from "../engine/scripted.ts";
 import type { EngineClient } from "../engine/types.ts";
 import { VllmEngine } from "../engine/vllm.ts";
 import { loadProxyModel } from "./model.ts";
+import { PROXY_NODE_FLAGS } from "./node-flags.ts";
 import { ProxyServer } from "./server.ts";
 import { QWEN3_DIR } from "./test-support.ts";
 
@@ -440,8 +442,8 @@ async function workload(label: string, decodeMs: number, toolMs: number, engineK
     if (want("proxy")) {
       const stats = join(mkdtempSync(join(tmpdir(), "bench-proxy-")), "added.json");
       const prof = process.env["BENCH_PROXY_PROFILE_DIR"] ? ["--cpu-prof", `--cpu-prof-dir=${process.env["BENCH_PROXY_PROFILE_DIR"]}`] : [];
-      // Extra node flags for the proxy process only, e.g. BENCH_PROXY_NODE_FLAGS="--trace-gc".
-      prof.push(...(process.env["BENCH_PROXY_NODE_FLAGS"] ?? "").split(" ").filter(Boolean));
+      // The flags `lego` runs the proxy with, then extra ones for this process only, e.g. BENCH_PROXY_NODE_FLAGS="--trace-gc".
+      prof.push(...PROXY_NODE_FLAGS, ...(process.env["BENCH_PROXY_NODE_FLAGS"] ?? "").split(" ").filter(Boolean));
       const p = child(process.execPath, [...prof, ...tsx, "--role", "proxy", "--engine", engineKind, "--engine-port", String(enginePort), "--sessions", String(SESSIONS), "--stats-out", stats, "--decode-ms-per-token", String(decodeMs)]);
       procs.push(p.proc);
       const { sessions } = JSON.parse(await p.firstLine) as { sessions: Array<{ url: string; secret: string }> };
