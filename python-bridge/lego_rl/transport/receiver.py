@@ -251,15 +251,22 @@ class Receiver:
         self._emit({"type": "weight_version", "version": version.version, "senders": len(self._peers)})
         return len(self._peers)
 
-    def close(self, linger_ms: int = 1000, *, flush: bool = False) -> None:
+    def close(self, linger_ms: int = 1000, *, flush: bool = False, grace_ms: int = 500) -> None:
         """Close the sockets; queued replies (acks, the last WeightVersion) get up to `linger_ms`
         to reach connected senders. ZeroMQ sends them from its I/O thread, which a process
         exiting right away kills: `flush=True` waits for them by terminating the receiver's
         context, for a process that is about to exit (the trainers' entry points) and owns
-        no other socket on it. A sender may still drop a reply it had not read when the
-        connection closes (measured: the last WeightVersion, sent ~1 ms before close, is
-        sometimes lost). Nothing depends on it: an unacked batch is resent and deduplicated,
-        and a restarted receiver announces the version again on the sender's hello."""
+        no other socket on it.
+
+        A sender drops a reply it had not read yet when the connection closes under it
+        (measured: the last WeightVersion or, with the consumer hand-over, the last batch's
+        ack, sent ~1 ms before close, was sometimes lost, and a worker draining its spool
+        then waited for an ack that never came). So `flush=True` first keeps the connections
+        up for `grace_ms`, long enough for waiting senders to read what was queued. Nothing
+        depends on it for correctness: an unacked batch is resent and deduplicated, and a
+        restarted receiver announces the version again on the sender's hello."""
+        if flush and grace_ms > 0:
+            time.sleep(grace_ms / 1000)
         self.spool.close()
         self._socket.close(linger=linger_ms)
         if self._tap is not None:
