@@ -23,7 +23,7 @@ from torch.distributed.nn.functional import all_to_all_single
 
 from torch import nn
 
-from .moe import MoeBlock, dispatch, grouped_swiglu, route
+from .moe import MoeBlock, grouped_swiglu, permuted, route, routed_sum
 
 
 class ExpertParallelError(ValueError):
@@ -53,26 +53,24 @@ def expert_parallel_moe(
         raise ExpertParallelError(
             f"rank holds {w_gate_up_LFD.shape[0]} experts; {num_experts} experts over {world} ranks needs {local} each"
         )
-    order_N, token_N, counts_E = dispatch(idx_TK, num_experts)
-    # Counts travel on the activations' device: NCCL exchanges only CUDA tensors.
-    send_counts_RL = torch.tensor(counts_E, dtype=torch.int64, device=x_TD.device).reshape(world, local)
-    recv_counts_RL = torch.empty_like(send_counts_RL)
-    dist.all_to_all_single(recv_counts_RL, send_counts_RL, group=group)
-    send_splits = send_counts_RL.sum(dim=1).tolist()
-    recv_splits = recv_counts_RL.sum(dim=1).tolist()
 
-    x_ND = x_TD[token_N]
-    x_recv_MD = all_to_all_single(
-        x_ND.new_empty(sum(recv_splits), x_TD.shape[1]), x_ND, recv_splits, send_splits, group=group
-    )
-    # Received rows arrive grouped by source rank, then by local expert; regroup by expert.
-    expert_of_row_M = torch.repeat_interleave(torch.arange(local, device=x_TD.device).repeat(world), recv_counts_RL.reshape(-1))
-    by_expert_M = torch.argsort(expert_of_row_M, stable=True)
-    y_sorted_MD = grouped_swiglu(x_recv_MD[by_expert_M], recv_counts_RL.sum(dim=0).tolist(), w_gate_up_LFD, w_down_LDF)
-    y_recv_MD = y_sorted_MD[torch.argsort(by_expert_M)]
-    y_ND = all_to_all_single(y_recv_MD.new_empty(x_ND.shape), y_recv_MD, send_splits, recv_splits, group=group)
-    y_ND = y_ND * w_TK.reshape(-1)[order_N, None]
-    return torch.zeros_like(x_TD).index_add(0, token_N, y_ND)
+    def exchange_and_run(x_ND: torch.Tensor, counts_E: list[int]) -> torch.Tensor:
+        # Counts travel on the activations' device: NCCL exchanges only CUDA tensors.
+        send_counts_RL = torch.tensor(counts_E, dtype=torch.int64, device=x_ND.device).reshape(world, local)
+        recv_counts_RL = torch.empty_like(send_counts_RL)
+        dist.all_to_all_single(recv_counts_RL, send_counts_RL, group=group)
+        send_splits = send_counts_RL.sum(dim=1).tolist()
+        recv_splits = recv_counts_RL.sum(dim=1).tolist()
+        x_recv_MD = all_to_all_single(x_ND.new_empty(sum(recv_splits), x_ND.shape[1]), x_ND, recv_splits, send_splits, group=group)
+        # Received rows arrive grouped by source rank, then by local expert; regroup by expert.
+        expert_of_row_M = torch.repeat_interleave(torch.arange(local, device=x_ND.device).repeat(world), recv_counts_RL.reshape(-1))
+        by_expert_M = torch.argsort(expert_of_row_M, stable=True)
+        back_M = torch.argsort(by_expert_M)
+        y_sorted_MD = grouped_swiglu(permuted(x_recv_MD, by_expert_M, back_M), recv_counts_RL.sum(dim=0).tolist(), w_gate_up_LFD, w_down_LDF)
+        y_recv_MD = permuted(y_sorted_MD, back_M, by_expert_M)
+        return all_to_all_single(y_recv_MD.new_empty(x_ND.shape), y_recv_MD, send_splits, recv_splits, group=group)
+
+    return routed_sum(x_TD, idx_TK, w_TK, num_experts, exchange_and_run)
 
 
 def expert_parallel_route_and_moe(

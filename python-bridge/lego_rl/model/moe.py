@@ -251,28 +251,49 @@ class _PermuteRows(torch.autograd.Function):
         return grad_ND.index_select(0, inverse_N), None, None
 
 
-def sorted_swiglu(
-    x_TD: torch.Tensor, idx_TK: torch.Tensor, w_TK: torch.Tensor, w_gate_up_EFD: torch.Tensor, w_down_EDF: torch.Tensor
+def permuted(x_ND: torch.Tensor, index_N: torch.Tensor, inverse_N: torch.Tensor) -> torch.Tensor:
+    """x[index] for a permutation `index` (inverse permutation `inverse`) whose gradient is a
+    gather, not a scatter-add."""
+    return _PermuteRows.apply(x_ND, index_N, inverse_N)
+
+
+def routed_sum(
+    x_TD: torch.Tensor,
+    idx_TK: torch.Tensor,
+    w_TK: torch.Tensor,
+    num_experts: int,
+    run_sorted: Callable[[torch.Tensor, list[int]], torch.Tensor],
 ) -> torch.Tensor:
-    """Sum over chosen experts of w * SwiGLU_e(x): copies sorted by expert, `grouped_swiglu`, then back.
+    """Sum over chosen experts of w * expert(x), with `run_sorted(rows, counts)` computing every
+    token copy's expert output from the copies sorted by expert (`counts[e]` rows of expert e).
 
     Each token's copies are taken in expert-id order (as HF sums them) and moved by
     permutations both ways, so no step scatter-adds: the sum over a token's K terms is a
-    left-to-right add of its rows.
+    left-to-right add of its rows. The single-rank path runs the experts here
+    (`sorted_swiglu`); expert parallelism sends the sorted rows to the experts' ranks.
     """
     T, D = x_TD.shape
     K = idx_TK.shape[1]
     idx_TK, w_TK = _in_expert_id_order(idx_TK, w_TK)
-    order_N, _, counts = dispatch(idx_TK, w_down_EDF.shape[0])
+    order_N, _, counts = dispatch(idx_TK, num_experts)
     inverse_N = torch.empty_like(order_N)
     inverse_N[order_N] = torch.arange(order_N.numel(), device=order_N.device)
     copies_ND = x_TD[:, None, :].expand(T, K, D).reshape(T * K, D)  # backward: a sum over K
-    y_ND = grouped_swiglu(_PermuteRows.apply(copies_ND, order_N, inverse_N), counts, w_gate_up_EFD, w_down_EDF)
-    y_TKD = (_PermuteRows.apply(y_ND, inverse_N, order_N) * w_TK.reshape(-1, 1)).view(T, K, D)
+    y_ND = run_sorted(permuted(copies_ND, order_N, inverse_N), counts)
+    y_TKD = (permuted(y_ND, inverse_N, order_N) * w_TK.reshape(-1, 1)).view(T, K, D)
     y_TD = y_TKD[:, 0]
     for k in range(1, K):
         y_TD = y_TD + y_TKD[:, k]
     return y_TD
+
+
+def sorted_swiglu(
+    x_TD: torch.Tensor, idx_TK: torch.Tensor, w_TK: torch.Tensor, w_gate_up_EFD: torch.Tensor, w_down_EDF: torch.Tensor
+) -> torch.Tensor:
+    """Sum over chosen experts of w * SwiGLU_e(x): `routed_sum` with `grouped_swiglu` on this rank."""
+    return routed_sum(
+        x_TD, idx_TK, w_TK, w_down_EDF.shape[0], lambda rows_ND, counts: grouped_swiglu(rows_ND, counts, w_gate_up_EFD, w_down_EDF)
+    )
 
 
 class Router(nn.Module):
