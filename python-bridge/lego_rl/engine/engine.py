@@ -24,7 +24,6 @@
 from __future__ import annotations
 
 import random
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,7 +100,9 @@ class Engine:
         self.model = model.to(device=config.device, dtype=self.dtype).eval()
         self.max_context = config.max_context or model.config.max_position_embeddings
         self.policy_version = policy_version
-        self._waiting: deque[GenerationRequest] = deque()
+        # FIFO by insertion order, keyed by request id: submit's duplicate check and abort
+        # stay O(1) however many requests a rollout worker queues.
+        self._waiting: dict[str, GenerationRequest] = {}
         self._running: dict[str, _Sequence] = {}
         self._seed_source = random.Random()
         self._kv = KVPool(
@@ -118,19 +119,18 @@ class Engine:
         """Queue a request; raises InvalidRequestError naming the bad field."""
         request.validate(vocab_size=self.model.config.vocab_size, max_context=self.max_context)
         rid = request.request_id
-        if rid in self._running or any(r.request_id == rid for r in self._waiting):
+        if rid in self._running or rid in self._waiting:
             raise InvalidRequestError(rid, "request_id", "a request with this id is already queued or running")
-        self._waiting.append(request)
+        self._waiting[rid] = request
 
     def abort(self, request_id: str) -> GenerationResult:
         """Stop a request now and return what it produced so far (finish_reason 'abort')."""
         seq = self._running.pop(request_id, None)
         if seq is not None:
             return self._retire(seq, "abort")
-        for req in self._waiting:
-            if req.request_id == request_id:
-                self._waiting.remove(req)
-                return self._retire(self._start(req), "abort")
+        req = self._waiting.pop(request_id, None)
+        if req is not None:
+            return self._retire(self._start(req), "abort")
         raise UnknownRequestError(request_id)
 
     @property
@@ -144,7 +144,7 @@ class Engine:
     @property
     def queued_request_ids(self) -> list[str]:
         """Requests waiting for admission, in FIFO order."""
-        return [request.request_id for request in self._waiting]
+        return list(self._waiting)
 
     # ---- weights --------------------------------------------------------------------
 
@@ -180,10 +180,11 @@ class Engine:
     def _admit(self) -> None:
         tokens = sum(len(s.pending) for s in self._running.values())
         while self._waiting and len(self._running) < self.config.max_running:
-            prompt_len = len(self._waiting[0].prompt_token_ids)
+            first = next(iter(self._waiting.values()))
+            prompt_len = len(first.prompt_token_ids)
             if self._running and tokens + prompt_len > self.config.max_batch_tokens:
                 break
-            seq = self._start(self._waiting.popleft())
+            seq = self._start(self._waiting.pop(first.request_id))
             self._running[seq.request.request_id] = seq
             tokens += prompt_len
 
