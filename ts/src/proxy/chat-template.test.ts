@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { ChatMessage, ToolSpec } from "./chat.ts";
+import { ChatTemplate, TemplateError } from "./chat-template.ts";
 import { qwen3 } from "./test-support.ts";
 
 const tools: ToolSpec[] = [{ name: "run", description: "Run a shell command", parameters: { type: "object", properties: { cmd: { type: "string" } } } }];
@@ -48,5 +49,32 @@ describe("Qwen3 chat template", () => {
       { role: "user", content: "q2" },
     ];
     expect(template.render(withThinking, [], { addGenerationPrompt: true })).not.toContain("plan");
+  });
+});
+
+describe("a template that fails while rendering", () => {
+  // Renders like a chat template, but refuses a message with the role "bad".
+  const source =
+    "{% for m in messages %}{% if m.role == 'bad' %}{{ raise_exception('role bad is not allowed') }}{% endif %}" +
+    "<|{{ m.role }}|>{{ m.content }}<|end|>{% endfor %}";
+  const template = new ChatTemplate(source, { eos_token: null, bos_token: null });
+
+  it("fails with a TemplateError that carries the template's message and a stack", () => {
+    const render = () => template.render([{ role: "bad", content: "x" } as unknown as ChatMessage], [], { addGenerationPrompt: false });
+    expect(render).toThrow(TemplateError);
+    expect(render).toThrow(/render failed: .*role bad is not allowed/);
+    try {
+      render();
+    } catch (e) {
+      expect((e as Error).stack).toMatch(/chat-template/);
+    }
+  });
+
+  it("leaves Error.stackTraceLimit as it found it, after a render and after a failure", () => {
+    const before = Error.stackTraceLimit;
+    template.render([{ role: "user", content: "hi" }], [], { addGenerationPrompt: false });
+    expect(Error.stackTraceLimit).toBe(before);
+    expect(() => template.render([{ role: "bad", content: "x" } as unknown as ChatMessage], [], { addGenerationPrompt: false })).toThrow(TemplateError);
+    expect(Error.stackTraceLimit).toBe(before);
   });
 });

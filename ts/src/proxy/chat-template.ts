@@ -99,10 +99,20 @@ export class ChatTemplate {
     };
     if (tools.length > 0) vars["tools"] = tools.map(templateTool);
     if (options.enableThinking !== undefined) vars["enable_thinking"] = options.enableThinking;
+    // @huggingface/jinja looks every variable up through a function that throws, and
+    // catches, an Error when the name is not defined (`tools` when none are sent,
+    // `enable_thinking`, ...). Capturing those stack traces was half of a continuation
+    // render's time; the template needs none of them. Synchronous, so nothing else runs
+    // under the lowered limit; a real failure is rethrown with a stack below.
+    const stackTraceLimit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
     try {
       return this.template.render(vars);
     } catch (cause) {
+      Error.stackTraceLimit = stackTraceLimit;
       throw new TemplateError(`render failed: ${(cause as Error).message}`, { cause });
+    } finally {
+      Error.stackTraceLimit = stackTraceLimit;
     }
   }
 
