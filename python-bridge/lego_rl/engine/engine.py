@@ -214,11 +214,10 @@ class Engine:
         position = {i: j for j, i in enumerate(fed)}
         for follower, leader in leader_of.items():
             self._kv.copy_prefix(seqs[leader].cache, seqs[follower].cache)
-        every = list(range(len(seqs)))
-        logits_RV = out.logits[[position[leader_of.get(i, i)] for i in every]] if leader_of else out.logits
-        chosen = self._choose(seqs, every, logits_RV)
-        tokens_R = torch.tensor([chosen[i] for i in every], device=logits_RV.device, dtype=torch.int64)
-        logprobs_R = raw_logprobs(logits_RV, tokens_R).tolist()
+        # Every running sequence samples: one that finishes leaves in this same step.
+        logits_RV = out.logits[[position[leader_of.get(i, i)] for i in range(len(seqs))]] if leader_of else out.logits
+        chosen = choose_tokens(logits_RV, [s.request.sampling for s in seqs], [s.uniforms for s in seqs])
+        logprobs_R = raw_logprobs(logits_RV, torch.tensor(chosen, device=logits_RV.device, dtype=torch.int64)).tolist()
         events: list[TokenEvent | GenerationResult] = []
         for i, seq in enumerate(seqs):
             j = position[leader_of.get(i, i)]
@@ -245,16 +244,6 @@ class Engine:
                 if leader != i:
                     leader_of[i] = leader
         return leader_of
-
-    @staticmethod
-    def _choose(seqs: list[_Sequence], sampling: list[int], logits_RV: torch.Tensor) -> dict[int, int]:
-        """Next token per sampling sequence index (row r of the logits is sequence sampling[r])."""
-        if not sampling:
-            return {}
-        tokens = choose_tokens(
-            logits_RV, [seqs[i].request.sampling for i in sampling], [seqs[i].uniforms for i in sampling]
-        )
-        return dict(zip(sampling, tokens))
 
     def _record(self, seq: _Sequence, token: int, logprob: float) -> TokenEvent:
         seq.completion.append(token)
