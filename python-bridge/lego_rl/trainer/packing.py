@@ -106,19 +106,15 @@ class _Piece:
     start: int
     end: int
     routing: np.ndarray | None
-    trainable: np.ndarray
-    """The segment's trainable token indices (all of them, not only this run's)."""
-    whole: bool = False
-    """Pack every token of the run (a shared prefix: its last row predicts its tails)."""
+    targets: np.ndarray
+    """The run's trainable token indices (into the segment)."""
 
     @property
     def inputs_end(self) -> int:
-        """End of the rows the run needs as input: up to its last trainable token, exclusive
-        (module docstring, 6); at least one row, so that every packed sequence has tokens."""
-        if self.whole:
-            return self.end
-        trainable = self.trainable[(self.trainable >= self.start) & (self.trainable < self.end)]
-        return max(self.start + 1, int(trainable[-1])) if trainable.size else self.end
+        """End of the rows the run needs as input: up to its last target, exclusive (module
+        docstring, 6), and at least one row. A run without targets (a shared prefix) keeps
+        every token: its last row predicts its tails' first tokens."""
+        return max(self.start + 1, int(self.targets[-1])) if self.targets.size else self.end
 
 
 def pack_step(
@@ -169,7 +165,7 @@ def pack_step(
     for members in shared:
         n, segment, routing, trainable = segments[members[0]]
         head_index.append(len(leading))
-        leading.append(_Piece(segment, n, 0, int(trainable[0]), routing, trainable, whole=True))
+        leading.append(_Piece(segment, n, 0, int(trainable[0]), routing, trainable[:0]))
     for i, (n, segment, routing, trainable) in enumerate(segments):
         if i not in head_of:
             leading.append(_Piece(segment, n, 0, segment.token_ids.size, routing, trainable))
@@ -197,7 +193,7 @@ def pack_step(
 
     def add_targets(piece: _Piece, row_of_first: int | None, own_offset: int) -> None:
         segment = piece.segment
-        trainable = piece.trainable[(piece.trainable >= piece.start) & (piece.trainable < piece.end)]
+        trainable = piece.targets
         if trainable.size == 0:
             return
         # Token t is predicted by the row of token t - 1; a tail's first token by its head's last row.
