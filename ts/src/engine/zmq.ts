@@ -219,9 +219,9 @@ export class ZmqEngine implements EngineClient {
     }
     chunk.prompt_routing = narrow(result.prompt_routing);
     // One row per completion token fed back: all but the last sampled one.
-    const fed = result.completion_routing.length / width;
-    if (!Number.isInteger(fed) || fed !== Math.max(0, ids.length - 1)) {
-      throw shapeError("completion_routing", result.completion_routing, `[${Math.max(0, ids.length - 1)}] (every completion token but the last)`);
+    const fed = Math.max(0, ids.length - 1);
+    if (result.completion_routing.length !== fed * width) {
+      throw shapeError("completion_routing", result.completion_routing, `[${fed}] (every completion token but the last)`);
     }
     const completion = new Uint16Array(ids.length * width);
     completion.set(result.completion_routing);
