@@ -18,6 +18,7 @@ import type { ChatRequest } from "./chat.ts";
 import { AuthenticationError, ClientGoneError, InvalidRequestError, NotFoundError, RequestTooLargeError, asProxyError, errorBody, type ApiFlavor } from "./errors.ts";
 import type { ProxyModel } from "./model.ts";
 import { parseChatCompletions, streamChatCompletion, writeChatCompletion } from "./openai-chat.ts";
+import { GrowingBodyParser } from "./growing-body.ts";
 import { parseResponsesRequest, streamResponse, writeResponse } from "./openai-responses.ts";
 import { SseWriter } from "./sse.ts";
 import { runTurn, type ReplyEvent, type RunnerConfig } from "./turn-runner.ts";
@@ -51,6 +52,8 @@ export interface ProxySession {
 
 interface LiveSession extends ProxySession {
   requests: number;
+  /** Per route: the previous body, so the history it repeats is not parsed again. */
+  bodies: Map<string, GrowingBodyParser>;
 }
 
 const SESSION_PATH = /^\/s\/([A-Za-z0-9_.-]+)(\/.*)?$/;
@@ -99,6 +102,7 @@ export class ProxyServer {
       baseUrl: `${this.origin}/s/${id}`,
       capture: new SessionCapture(id, this.config.model.codec, this.config.onTurn ?? null),
       requests: 0,
+      bodies: new Map(),
     };
     this.sessions.set(id, session);
     return session;
@@ -147,7 +151,7 @@ export class ProxyServer {
     if (route === "GET /v1/models") return this.listModels(req, res);
     if (req.method !== "POST" || !["/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses"].includes(path))
       throw new NotFoundError(`no route ${route}`, "route");
-    const body = await readJson(req, this.maxBodyBytes);
+    const body = parseBody(session, path, await readBody(req, this.maxBodyBytes));
     const n = session.requests++;
     const signal = abortOnDisconnect(res);
     if (path === "/v1/messages/count_tokens") {
@@ -269,34 +273,62 @@ function abortOnDisconnect(res: ServerResponse): AbortSignal {
   return ac.signal;
 }
 
+/** The body's JSON; the history a session's previous call already sent is not parsed again (growing-body.ts). */
+function parseBody(session: LiveSession, path: string, bytes: Buffer): unknown {
+  let parser = session.bodies.get(path);
+  if (!parser) {
+    parser = new GrowingBodyParser(path === "/v1/responses" ? "input" : "messages");
+    session.bodies.set(path, parser);
+  }
+  try {
+    return parser.parse(bytes);
+  } catch (e) {
+    throw new InvalidRequestError(`body is not valid JSON: ${(e as Error).message}`);
+  }
+}
+
 /** Reads the body without buffering past `limit`; an oversized body stops being read (the connection is closed after the 413). */
-function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
+function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     if (Number(req.headers["content-length"] ?? NaN) > limit) return reject(new RequestTooLargeError(limit));
-    const chunks: Buffer[] = [];
+    let chunks: Buffer[] = [];
     let size = 0;
+    // The request lives until its reply is sent, and so do its listeners: they
+    // must let go of the body once it is read. A listener holding `resolve`
+    // would keep the settled promise, and with it the body, alive while the
+    // engine works on this call.
+    const detach = () => {
+      req.off("data", onData).off("end", onEnd).off("error", onError).off("close", onClose);
+      // A later socket error (the client hanging up after a 413) must not go unhandled.
+      if (req.listenerCount("error") === 0) req.on("error", ignoreError);
+      chunks = [];
+    };
+    const fail = (e: unknown) => {
+      detach();
+      reject(e);
+    };
     const onData = (chunk: Buffer) => {
       size += chunk.length;
       if (size > limit) {
-        req.off("data", onData).off("end", onEnd);
         req.pause();
-        reject(new RequestTooLargeError(limit));
+        fail(new RequestTooLargeError(limit));
       } else chunks.push(chunk);
     };
     const onEnd = () => {
-      try {
-        resolve(JSON.parse(Buffer.concat(chunks).toString("utf8")));
-      } catch (e) {
-        reject(new InvalidRequestError(`body is not valid JSON: ${(e as Error).message}`));
-      }
+      const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+      detach();
+      resolve(bytes);
     };
+    const onError = (e: Error) => fail(e);
     // A client that hangs up mid-upload gets no answer; the handler must not wait forever.
     const onClose = () => {
-      if (!req.complete) reject(new ClientGoneError("(request body)", "(none)"));
+      if (!req.complete) fail(new ClientGoneError("(request body)", "(none)"));
     };
-    req.on("data", onData).on("end", onEnd).once("error", reject).once("close", onClose);
+    req.on("data", onData).on("end", onEnd).on("error", onError).on("close", onClose);
   });
 }
+
+function ignoreError(): void {}
 
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
   const text = JSON.stringify(body);

@@ -1,0 +1,183 @@
+/**
+ * Parsing request bodies whose history only grows.
+ *
+ * An agent harness re-sends its whole conversation on every call: call n+1's
+ * body is call n's body with a few messages appended to one array (OpenAI and
+ * Anthropic `messages`, Responses `input`), and clients serialise the unchanged
+ * messages to the same bytes. Parsing that echo again was the largest single
+ * cost of a call on agent-sized histories, and its strings were garbage at once.
+ *
+ * So each session keeps its previous body. When a new body starts with the
+ * same bytes up to the end of the previous array's last element, only the rest
+ * is parsed (the object's head, the new elements, the fields after the array),
+ * and the array is the previous elements, the very same objects, followed by
+ * the new ones. That is exactly what JSON.parse of the whole body returns:
+ * equal bytes parse to equal values, and the text parsed instead is valid JSON
+ * exactly when the whole body is (the case where it is not, a trailing comma
+ * after the old elements, is checked). Anything else (an edited or compacted
+ * history, the array's key twice, a key spelled with escapes) is parsed whole.
+ *
+ * No JSON library offers resuming a parse at a byte offset; the scanner below
+ * only finds the array's brackets and the object's top-level keys, and skips
+ * strings with Buffer.indexOf.
+ */
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const COMMA = 0x2c;
+const COLON = 0x3a;
+const OPEN_BRACE = 0x7b;
+const CLOSE_BRACE = 0x7d;
+const OPEN_BRACKET = 0x5b;
+const CLOSE_BRACKET = 0x5d;
+
+interface Previous {
+  bytes: Buffer;
+  /** Offset just past the array's `[`. */
+  open: number;
+  /** Offset just past the array's last element (whitespace before its `]` may differ next time, as pretty-printers put it). */
+  end: number;
+  elements: unknown[];
+}
+
+export class GrowingBodyParser {
+  private previous: Previous | null = null;
+  private readonly key: Buffer;
+  /** Bytes of the last body that were not parsed again (0 when it was parsed whole). */
+  lastReusedBytes = 0;
+
+  /** `arrayKey`: the top-level field that holds the growing history. */
+  constructor(readonly arrayKey: string) {
+    this.key = Buffer.from(arrayKey, "utf8");
+  }
+
+  /** The body's JSON value; throws JSON.parse's SyntaxError for text that is not JSON. */
+  parse(bytes: Buffer): unknown {
+    const reused = this.parseAfterPrevious(bytes);
+    if (reused !== undefined) return reused;
+    this.lastReusedBytes = 0;
+    this.previous = null;
+    const value: unknown = JSON.parse(bytes.toString("utf8"));
+    const elements = arrayOf(value, this.arrayKey);
+    if (elements && elements.length > 0) {
+      const layout = walk(bytes, 0, 0, -1, this.key);
+      if (layout) this.previous = { bytes, open: layout.open, end: lastElementEnd(bytes, layout.close), elements };
+    }
+    return value;
+  }
+
+  /** Forgets the previous body (its bytes and parsed elements). */
+  reset(): void {
+    this.previous = null;
+  }
+
+  private parseAfterPrevious(bytes: Buffer): unknown {
+    const prev = this.previous;
+    if (!prev || bytes.length <= prev.end) return undefined;
+    if (bytes.compare(prev.bytes, 0, prev.end, 0, prev.end) !== 0) return undefined;
+    const after = skipWhitespace(bytes, prev.end);
+    let rest: number;
+    if (bytes[after] === CLOSE_BRACKET) rest = after;
+    else if (bytes[after] === COMMA) {
+      rest = after + 1;
+      // `[old, ]` is not JSON, but `[` + ` ]` would be.
+      if (bytes[skipWhitespace(bytes, rest)] === CLOSE_BRACKET) return undefined;
+    } else return undefined;
+    const layout = walk(bytes, after, 2, prev.open, this.key);
+    if (!layout) return undefined;
+    let value: unknown;
+    try {
+      value = JSON.parse(bytes.toString("utf8", 0, prev.open) + bytes.toString("utf8", rest));
+    } catch {
+      return undefined; // parsed whole, for JSON.parse's own message and position
+    }
+    const fresh = arrayOf(value, this.arrayKey)!;
+    const elements = prev.elements.concat(fresh);
+    (value as Record<string, unknown>)[this.arrayKey] = elements;
+    this.previous = { bytes, open: prev.open, end: lastElementEnd(bytes, layout.close), elements };
+    this.lastReusedBytes = prev.end;
+    return value;
+  }
+}
+
+function arrayOf(value: unknown, key: string): unknown[] | null {
+  if (!value || typeof value !== "object" || Array.isArray(value)) return null;
+  const a = (value as Record<string, unknown>)[key];
+  return Array.isArray(a) ? a : null;
+}
+
+/** Offset just past the last non-whitespace byte before the `]` at `close`. */
+function lastElementEnd(b: Buffer, close: number): number {
+  let i = close;
+  while (b[i - 1] === 0x20 || b[i - 1] === 0x0a || b[i - 1] === 0x0d || b[i - 1] === 0x09) i--;
+  return i;
+}
+
+function skipWhitespace(b: Buffer, i: number): number {
+  while (i < b.length && (b[i] === 0x20 || b[i] === 0x0a || b[i] === 0x0d || b[i] === 0x09)) i++;
+  return i;
+}
+
+/** Offset just past the string whose opening quote is at `at`; -1 when it does not end. */
+function stringEnd(b: Buffer, at: number): number {
+  let q = at;
+  for (;;) {
+    q = b.indexOf(QUOTE, q + 1);
+    if (q < 0) return -1;
+    let k = q - 1;
+    while (b[k] === BACKSLASH) k--;
+    if ((q - 1 - k) % 2 === 0) return q + 1;
+  }
+}
+
+/**
+ * Walks JSON text from `i` with `depth` containers open (0: before the value;
+ * 2: inside the array of `key`, whose `[` ends at `open`) and returns where
+ * that array's elements start and where its `]` is. Null unless the text is an
+ * object with `key` exactly once among its own keys, holding an array, and no
+ * key of the object is written with escapes (it could spell `key`). The walk
+ * does not validate: the caller parses the text with JSON.parse.
+ */
+function walk(b: Buffer, i: number, depth: number, open: number, key: Buffer): { open: number; close: number } | null {
+  let inArray = depth === 2;
+  let close = -1;
+  const n = b.length;
+  if (depth === 0) {
+    i = skipWhitespace(b, i);
+    if (b[i] !== OPEN_BRACE) return null;
+    depth = 1;
+    i++;
+  }
+  while (i < n) {
+    const c = b[i]!;
+    if (c === QUOTE) {
+      const end = stringEnd(b, i);
+      if (end < 0) return null;
+      if (depth === 1 && b[skipWhitespace(b, end)] === COLON) {
+        for (let k = i + 1; k < end - 1; k++) if (b[k] === BACKSLASH) return null;
+        if (end - i - 2 === key.length && b.compare(key, 0, key.length, i + 1, end - 1) === 0) {
+          if (open >= 0) return null; // the key twice: JSON.parse keeps the last one
+          const v = skipWhitespace(b, skipWhitespace(b, end) + 1);
+          if (b[v] !== OPEN_BRACKET) return null;
+          open = v + 1;
+          inArray = true;
+          depth = 2;
+          i = open;
+          continue;
+        }
+      }
+      i = end;
+      continue;
+    }
+    if (c === OPEN_BRACE || c === OPEN_BRACKET) depth++;
+    else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) {
+      depth--;
+      if (depth === 1 && inArray) {
+        inArray = false;
+        close = i;
+      } else if (depth === 0) return open >= 0 && close >= 0 ? { open, close } : null;
+    }
+    i++;
+  }
+  return null;
+}
