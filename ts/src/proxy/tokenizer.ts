@@ -20,6 +20,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Tokenizer } from "@huggingface/tokenizers";
+import { PieceTable, hashRange } from "./piece-table.ts";
 
 export class ModelFilesError extends Error {
   constructor(readonly modelDir: string, message: string, options?: { cause?: unknown }) {
@@ -166,7 +167,7 @@ const SECTION_CACHE_MIN_CHARS = 256;
 const SECTION_CACHE_MAX_CHARS = 8 * 1024 * 1024;
 
 class PieceEncoder {
-  private readonly cache = new Map<string, number[]>();
+  private readonly table: PieceTable;
   private readonly sections = new Map<string, number[]>();
   private sectionChars = 0;
   /** Added tokens, longest first: a regex alternation then takes the longest match at the leftmost position, as the library's trie does. */
@@ -179,8 +180,9 @@ class PieceEncoder {
     private readonly tokenizer: Tokenizer,
     private readonly added: Map<string, { id: number }>,
     private readonly split: { pre_tokenize_text(text: string): string[]; pattern?: unknown },
-    private readonly maxEntries = 200_000,
+    maxEntries = 200_000,
   ) {
+    this.table = new PieceTable(maxEntries);
     const contents = [...added.keys()].sort((a, b) => b.length - a.length);
     this.addedRe = new RegExp(contents.map((c) => c.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("|"), "g");
     this.asciiSplit = split.pattern instanceof RegExp && split.pattern.source === QWEN2_SPLIT_SOURCE;
@@ -252,19 +254,19 @@ class PieceEncoder {
   }
 
   private encodeSection(section: string, out: number[]): void {
+    const table = this.table;
     // Pure ASCII (most code and tool output) is NFC already and splits the same
     // with the scanner below as with the Split regex, without the regex engine.
     if (this.asciiSplit && !NON_ASCII.test(section)) {
       splitQwen2Ascii(section, (a, b) => {
-        const piece = section.slice(a, b);
-        const ids = this.cache.get(piece) ?? this.learn(piece);
-        for (let i = 0; i < ids.length; i++) out.push(ids[i]!);
+        const h = hashRange(section, a, b);
+        if (!table.appendTo(section, a, b, h, out)) this.learn(section, a, b, h, out);
       });
       return;
     }
     for (const piece of this.split.pre_tokenize_text(section.normalize("NFC"))) {
-      const ids = this.cache.get(piece) ?? this.learn(piece);
-      for (const id of ids) out.push(id);
+      const h = hashRange(piece, 0, piece.length);
+      if (!table.appendTo(piece, 0, piece.length, h, out)) this.learn(piece, 0, piece.length, h, out);
     }
   }
 
@@ -281,11 +283,11 @@ class PieceEncoder {
     return pieces;
   }
 
-  private learn(piece: string): number[] {
-    const ids = this.tokenizer.encode(piece, { add_special_tokens: false }).ids;
-    if (this.cache.size >= this.maxEntries) this.cache.clear();
-    this.cache.set(piece, ids);
-    return ids;
+  /** Encodes the piece `text[start, end)` with the library, remembers its ids and appends them to `out`. */
+  private learn(text: string, start: number, end: number, hash: number, out: number[]): void {
+    const ids = this.tokenizer.encode(text.slice(start, end), { add_special_tokens: false }).ids;
+    this.table.add(text, start, end, hash, ids);
+    for (const id of ids) out.push(id);
   }
 }
 
