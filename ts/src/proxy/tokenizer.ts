@@ -20,6 +20,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Tokenizer } from "@huggingface/tokenizers";
+import { ByteLevelDecoder } from "./byte-level-decoder.ts";
 import { PieceTable, hashRange } from "./piece-table.ts";
 
 export class ModelFilesError extends Error {
@@ -40,6 +41,7 @@ export class TextTokenizer {
   private readonly cache = new Map<string, number[]>();
   private readonly vocabSize: number;
   private readonly pieces: PieceEncoder | null;
+  private readonly byteDecoder: ByteLevelDecoder | null;
   private readonly addedTokens: string[];
 
   constructor(
@@ -50,6 +52,7 @@ export class TextTokenizer {
   ) {
     this.vocabSize = tokenizer.get_vocab(true).size;
     this.pieces = tokenizerJson ? PieceEncoder.create(tokenizer, tokenizerJson) : null;
+    this.byteDecoder = tokenizerJson ? ByteLevelDecoder.create(tokenizer, tokenizerJson) : null;
     this.addedTokens = [...tokenizer.get_added_tokens_decoder().values()].map((t) => t.content);
   }
 
@@ -122,6 +125,12 @@ export class TextTokenizer {
 
   /** Text of `ids`, special tokens included (tool-call and think tags are special in Qwen3). */
   decode(ids: ArrayLike<number>): string {
+    if (ids.length === 0) return "";
+    return this.byteDecoder?.decode(ids) ?? this.decodeWithLibrary(ids);
+  }
+
+  /** The library's own decode (the reference the fast path must equal). */
+  decodeWithLibrary(ids: ArrayLike<number>): string {
     return this.tokenizer.decode(Array.from(ids), { skip_special_tokens: false });
   }
 
