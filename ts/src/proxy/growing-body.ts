@@ -32,7 +32,6 @@ const OPEN_BRACKET = 0x5b;
 const CLOSE_BRACKET = 0x5d;
 
 interface Previous {
-  bytes: Buffer;
   /** Offset just past the array's `[`. */
   open: number;
   /** Offset just past the array's last element (whitespace before its `]` may differ next time, as pretty-printers put it). */
@@ -42,6 +41,13 @@ interface Previous {
 
 export class GrowingBodyParser {
   private previous: Previous | null = null;
+  /**
+   * The previous body's bytes up to `previous.end`, in a buffer this parser
+   * owns and reuses. Keeping the request's own buffer instead would hand V8 a
+   * new off-heap block per call that lives just long enough to reach the old
+   * generation; that churn is what started its full collections.
+   */
+  private kept = Buffer.alloc(0);
   private readonly key: Buffer;
   /** Bytes of the last body that were not parsed again (0 when it was parsed whole). */
   lastReusedBytes = 0;
@@ -61,20 +67,15 @@ export class GrowingBodyParser {
     const elements = arrayOf(value, this.arrayKey);
     if (elements && elements.length > 0) {
       const layout = walk(bytes, 0, 0, -1, this.key);
-      if (layout) this.previous = { bytes, open: layout.open, end: lastElementEnd(bytes, layout.close), elements };
+      if (layout) this.remember(bytes, 0, { open: layout.open, end: lastElementEnd(bytes, layout.close), elements });
     }
     return value;
-  }
-
-  /** Forgets the previous body (its bytes and parsed elements). */
-  reset(): void {
-    this.previous = null;
   }
 
   private parseAfterPrevious(bytes: Buffer): unknown {
     const prev = this.previous;
     if (!prev || bytes.length <= prev.end) return undefined;
-    if (bytes.compare(prev.bytes, 0, prev.end, 0, prev.end) !== 0) return undefined;
+    if (bytes.compare(this.kept, 0, prev.end, 0, prev.end) !== 0) return undefined;
     const after = skipWhitespace(bytes, prev.end);
     let rest: number;
     if (bytes[after] === CLOSE_BRACKET) rest = after;
@@ -94,9 +95,20 @@ export class GrowingBodyParser {
     const fresh = arrayOf(value, this.arrayKey)!;
     const elements = prev.elements.concat(fresh);
     (value as Record<string, unknown>)[this.arrayKey] = elements;
-    this.previous = { bytes, open: prev.open, end: lastElementEnd(bytes, layout.close), elements };
+    this.remember(bytes, prev.end, { open: prev.open, end: lastElementEnd(bytes, layout.close), elements });
     this.lastReusedBytes = prev.end;
     return value;
+  }
+
+  /** Keeps `bytes` up to `next.end`; the first `same` bytes are already kept. */
+  private remember(bytes: Buffer, same: number, next: Previous): void {
+    if (next.end > this.kept.length) {
+      const bigger = Buffer.allocUnsafe(Math.max(next.end, 2 * this.kept.length));
+      this.kept.copy(bigger, 0, 0, same);
+      this.kept = bigger;
+    }
+    bytes.copy(this.kept, same, same, next.end);
+    this.previous = next;
   }
 }
 
