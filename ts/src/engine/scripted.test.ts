@@ -38,12 +38,19 @@ describe("scripted engine", () => {
     expect(a!.routing).toEqual(b!.routing);
   });
 
-  it("waits decodeMsPerToken per token of the reply before the first chunk, keeps no prompts when asked, and aborts mid-wait", async () => {
+  it("sends each chunk when decodeMsPerToken says its last token is sampled, keeps no prompts when asked, and aborts mid-wait", async () => {
     const e = new ScriptedEngine({ script: () => ({ text: "abc" }), encode, endOfTurnId: 0, chunkSize: 2, decodeMsPerToken: 15, recordPrompts: false });
     const t0 = performance.now();
-    const chunks = await all(e, req(10));
+    const arrivals: number[] = [];
+    const chunks: GenerateChunk[] = [];
+    for await (const c of e.generate(req(10))) {
+      arrivals.push(performance.now() - t0);
+      chunks.push(c);
+    }
     expect(chunks.map((c) => c.token_ids.length)).toEqual([2, 2]);
-    expect(performance.now() - t0).toBeGreaterThanOrEqual(4 * 15 - 2);
+    // Timers never fire early: each chunk waited at least until its own tokens were due.
+    expect(arrivals[0]).toBeGreaterThanOrEqual(2 * 15 - 1);
+    expect(arrivals[1]).toBeGreaterThanOrEqual(4 * 15 - 1);
     expect(e.prompts).toEqual([]);
     const ac = new AbortController();
     const it = new ScriptedEngine({ script: () => ({ text: "abc" }), encode, endOfTurnId: 0, decodeMsPerToken: 10_000 }).generate(req(10), ac.signal)[Symbol.asyncIterator]();

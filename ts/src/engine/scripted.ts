@@ -36,9 +36,10 @@ export interface ScriptedEngineConfig {
   /** Keep a copy of every prompt in `prompts` (default true; benchmarks turn it off so the copies do not pile up). */
   recordPrompts?: boolean;
   /**
-   * Engine time per sampled token (default 0: none). The reply's whole decode
-   * time is waited once, before the first chunk, as an engine that answers a
-   * non-streaming request would.
+   * Engine time per sampled token (default 0: none). Each chunk leaves when
+   * its last token is due, as from an engine that streams while it decodes
+   * (the proxy's engine clients all stream); the last one after the reply's
+   * whole decode time.
    */
   decodeMsPerToken?: number;
 }
@@ -76,9 +77,13 @@ export class ScriptedEngine implements EngineClient {
     }
     const size = Math.max(1, this.config.chunkSize ?? 4);
     const promptLen = req.prompt_ids.length;
+    const perToken = this.config.decodeMsPerToken ?? 0;
+    const begun = performance.now();
     for (let start = 0; start < ids.length || start === 0; start += size) {
       const part = ids.slice(start, start + size);
-      const wait = start === 0 ? (this.config.decodeMsPerToken ?? 0) * ids.length : 0;
+      // Waiting for each chunk's deadline rather than an interval keeps the
+      // timers' lateness from adding up over a reply's chunks.
+      const wait = perToken > 0 ? begun + perToken * (start + part.length) - performance.now() : 0;
       // Yield to the event loop between chunks so aborts and other sessions interleave.
       if (wait > 0) await sleep(wait, signal);
       else await Promise.resolve();

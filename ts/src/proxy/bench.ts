@@ -14,7 +14,10 @@
  * Two workloads, each run for every path:
  *   paced         the engine takes a stated time per sampled token
  *                 (--decode-ms-per-token, default 20 ms: a batched decode step
- *                 of a served MoE model) and the harness a seeded 0-200 ms
+ *                 of a served MoE model; behind the proxy it streams each chunk
+ *                 when its last token is due, as the engines the proxy talks to
+ *                 do, and answers a direct call when the last one is, so both
+ *                 paths get the reply's last token at the same time) and the harness a seeded 0-200 ms
  *                 between calls (--tool-ms 100: running the tool), sessions
  *                 start spread out, so they wait on the engine as in a real
  *                 rollout instead of firing in waves;
