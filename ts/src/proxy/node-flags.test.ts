@@ -12,12 +12,14 @@ describe("the V8 flags of processes that host the proxy", () => {
     for (const flag of PROXY_NODE_FLAGS) expect(launcher).toContain(flag);
   });
 
-  it("reach node through NODE_OPTIONS, with the caller's own options kept after them", () => {
-    // The launcher's exports, evaluated by bash without starting node.
-    const script = readFileSync(LEGO, "utf8").split("\n").filter((l) => l.startsWith("export NODE_OPTIONS")).join("\n");
-    const run = (env: Record<string, string>) =>
-      execFileSync("bash", ["-c", `${script}\nprintf %s "$NODE_OPTIONS"`], { env: { PATH: process.env["PATH"] ?? "", ...env } }).toString();
-    expect(run({})).toBe(PROXY_NODE_FLAGS.join(" "));
-    expect(run({ NODE_OPTIONS: "--max-semi-space-size=8" })).toBe(`${PROXY_NODE_FLAGS.join(" ")} --max-semi-space-size=8`);
+  it("go on node's command line, except a flag the caller's NODE_OPTIONS set", () => {
+    const command = (env: Record<string, string>) =>
+      execFileSync(LEGO, ["rollout", "--help"], { env: { PATH: process.env["PATH"] ?? "", LEGO_PRINT_COMMAND: "1", ...env } }).toString().trim();
+    const own = command({});
+    expect(own.startsWith(`node ${PROXY_NODE_FLAGS.join(" ")} --import `)).toBe(true);
+    expect(own.endsWith("src/cli/main.ts rollout --help")).toBe(true);
+    const theirs = command({ NODE_OPTIONS: "--max-semi-space-size=8" });
+    expect(theirs).not.toContain("--max-semi-space-size=32");
+    expect(theirs).toContain("--initial-old-space-size=256");
   });
 });
