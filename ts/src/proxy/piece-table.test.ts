@@ -47,6 +47,17 @@ describe("PieceTable", () => {
     }
   });
 
+  it("finds ASCII pieces given as bytes the same as given as text", () => {
+    const table = new PieceTable(1000);
+    const text = "let x = await fetch(url);";
+    table.add(text, 7, 13, hashRange(text, 7, 13), [9, 8]); // " await"
+    const bytes = Buffer.from(`>>${text}`, "latin1");
+    const out: number[] = [];
+    expect(table.appendToBytes(bytes, 9, 15, hashRange(text, 7, 13), out)).toBe(true);
+    expect(out).toEqual([9, 8]);
+    expect(table.appendToBytes(bytes, 9, 14, hashRange(text, 7, 12), out)).toBe(false);
+  });
+
   it("starts over when full", () => {
     const table = new PieceTable(2);
     table.add("a", 0, 1, hashRange("a", 0, 1), [1]);

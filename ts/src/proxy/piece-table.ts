@@ -11,10 +11,13 @@
  * alive the long text it was cut from (a slice of 13 or more characters would).
  */
 
+export const FNV_OFFSET = 0x811c9dc5 | 0;
+export const FNV_PRIME = 0x01000193;
+
 /** FNV-1a over the UTF-16 code units of `text[start, end)`. */
 export function hashRange(text: string, start: number, end: number): number {
-  let h = 0x811c9dc5 | 0;
-  for (let i = start; i < end; i++) h = Math.imul(h ^ text.charCodeAt(i), 0x01000193);
+  let h = FNV_OFFSET;
+  for (let i = start; i < end; i++) h = Math.imul(h ^ text.charCodeAt(i), FNV_PRIME);
   return h;
 }
 
@@ -45,6 +48,17 @@ export class PieceTable {
    */
   appendTo(text: string, start: number, end: number, hash: number, out: number[]): boolean {
     const e = this.find(text, start, end, hash);
+    if (e < 0) return false;
+    const from = this.idStart[e]!;
+    const to = from + this.idLength[e]!;
+    const ids = this.ids;
+    for (let i = from; i < to; i++) out.push(ids[i]!);
+    return true;
+  }
+
+  /** `appendTo` for a piece given as bytes (ASCII text): `bytes[start, end)` are its code units. */
+  appendToBytes(bytes: Uint8Array, start: number, end: number, hash: number, out: number[]): boolean {
+    const e = this.findBytes(bytes, start, end, hash);
     if (e < 0) return false;
     const from = this.idStart[e]!;
     const to = from + this.idLength[e]!;
@@ -93,6 +107,22 @@ export class PieceTable {
       const at = this.charStart[e]!;
       let i = 0;
       while (i < n && this.chars[at + i] === text.charCodeAt(start + i)) i++;
+      if (i === n) return e;
+    }
+  }
+
+  private findBytes(bytes: Uint8Array, start: number, end: number, hash: number): number {
+    const slots = this.slots;
+    const mask = slots.length - 1;
+    const n = end - start;
+    for (let s = hash & mask; ; s = (s + 1) & mask) {
+      const slot = slots[s]!;
+      if (slot === 0) return -1;
+      const e = slot - 1;
+      if (this.hashes[e] !== hash || this.charLength[e] !== n) continue;
+      const at = this.charStart[e]!;
+      let i = 0;
+      while (i < n && this.chars[at + i] === bytes[start + i]) i++;
       if (i === n) return e;
     }
   }
