@@ -28,7 +28,8 @@
  * Figures per path and workload:
  *   end to end  client-observed percentile through the path minus the same
  *               percentile calling the engine directly (what "added latency"
- *               means to a harness);
+ *               means to a harness), each pooled over --rounds measured runs
+ *               in which the paths take turns;
  *   in the hop  for the proxy, wall time inside its request handler minus the
  *               time spent waiting on the engine; for nginx,
  *               $request_time - $upstream_response_time (1 ms resolution);
@@ -39,7 +40,7 @@
  * 1 ms); vs_litellm is that p50 over LiteLLM's. Every other figure is kept
  * under "paced" and "back_to_back".
  *
- * Run: pnpm exec tsx src/proxy/bench.ts [--sessions 64] [--target-tokens 30000]
+ * Run: pnpm exec tsx src/proxy/bench.ts [--sessions 64] [--target-tokens 30000] [--rounds 3]
  *        [--decode-ms-per-token 20] [--tool-ms 100] [--workloads paced,back_to_back] [--only direct,passthrough,litellm,proxy] [--engine inproc|vllm]
  * The proxy process runs with the V8 flags `lego` uses (node-flags.ts).
  * Profiling the proxy process: BENCH_PROXY_PROFILE_DIR=dir (--cpu-prof), BENCH_PROXY_NODE_FLAGS="--trace-gc".
@@ -72,6 +73,13 @@ const strArg = (name: string, dflt: string) => {
   return i >= 0 ? process.argv[i + 1]! : dflt;
 };
 const SESSIONS = arg("sessions", 64);
+/**
+ * Measured runs per path. Paths take turns, one run each per round, and each
+ * path's samples are pooled over the rounds: a path's percentile minus the
+ * direct one's then compares the same stretches of time instead of two
+ * 10-second windows minutes apart, on a host whose speed drifts.
+ */
+const ROUNDS = arg("rounds", 3);
 const TARGET_TOKENS = arg("target-tokens", 30_000);
 /** Engine time per sampled token in the paced workload. */
 const DECODE_MS_PER_TOKEN = arg("decode-ms-per-token", 20);
@@ -281,8 +289,8 @@ async function proxyRole(enginePort: number, engineKind: string, statsOut: strin
       if (added.length === warmUp) cpuAtStart = process.cpuUsage();
     },
   });
-  // Twice the sessions: a warm-up run and the measured run (a session's history only grows).
-  const sessions = Array.from({ length: 2 * SESSIONS }, (_, i) => proxy.createSession(`b${i}`));
+  // A warm-up run, then one run per round (a session's history only grows).
+  const sessions = Array.from({ length: (ROUNDS + 1) * SESSIONS }, (_, i) => proxy.createSession(`b${i}`));
   process.once("SIGTERM", () => {
     const cpu = process.cpuUsage(cpuAtStart ?? undefined);
     const measured = added.length - warmUp;
@@ -422,37 +430,47 @@ async function workload(label: string, decodeMs: number, toolMs: number, engineK
   const e2e: Record<string, number[]> = {};
   const hop: Record<string, number[]> = {};
   let proxyStats: ProxyStats | null = null;
-  const run = async (name: string, t: Pick<Target, "url" | "headers">) => {
-    await drive({ name, ...t }, SESSIONS, toolMs);
-    const lat = await drive({ name, ...t }, 0, toolMs);
-    e2e[name] = lat;
-    console.log(`${name.padEnd(12)} end-to-end n=${lat.length} p50=${pct(lat, 50).toFixed(2)}ms p99=${pct(lat, 99).toFixed(2)}ms`);
-  };
   const fixed = (url: string, headers: Record<string, string> = {}) => ({ url: () => url, headers: () => headers });
+  const targets: Target[] = [];
+  let nginx: Awaited<ReturnType<typeof startNginx>> = null;
+  let proxyProc: ChildProcess | null = null;
+  let stats = "";
   try {
-    if (want("direct")) await run("direct", fixed(`http://127.0.0.1:${enginePort}/v1/chat/completions`));
-    const nginx = want("passthrough") ? await startNginx(enginePort) : null;
+    if (want("direct")) targets.push({ name: "direct", ...fixed(`http://127.0.0.1:${enginePort}/v1/chat/completions`) });
+    nginx = want("passthrough") ? await startNginx(enginePort) : null;
     if (nginx) {
       procs.push(nginx.proc);
-      await run("passthrough", fixed(nginx.url));
-      hop["passthrough"] = nginxAdded(nginx.log, e2e["passthrough"]!.length);
+      targets.push({ name: "passthrough", ...fixed(nginx.url) });
     } else if (want("passthrough")) console.log("passthrough: nginx not found (apt-get install nginx-light)");
     const litellm = want("litellm") ? await startLitellm(enginePort) : null;
     if (litellm) {
       procs.push(litellm.proc);
-      await run("litellm", fixed(litellm.url, { authorization: "Bearer sk-bench" }));
+      targets.push({ name: "litellm", ...fixed(litellm.url, { authorization: "Bearer sk-bench" }) });
     } else if (want("litellm")) console.log("litellm: not available (pip install 'litellm[proxy]' or set LITELLM_BIN)");
     if (want("proxy")) {
-      const stats = join(mkdtempSync(join(tmpdir(), "bench-proxy-")), "added.json");
+      stats = join(mkdtempSync(join(tmpdir(), "bench-proxy-")), "added.json");
       const prof = process.env["BENCH_PROXY_PROFILE_DIR"] ? ["--cpu-prof", `--cpu-prof-dir=${process.env["BENCH_PROXY_PROFILE_DIR"]}`] : [];
       // The flags `lego` runs the proxy with, then extra ones for this process only, e.g. BENCH_PROXY_NODE_FLAGS="--trace-gc".
       prof.push(...PROXY_NODE_FLAGS, ...(process.env["BENCH_PROXY_NODE_FLAGS"] ?? "").split(" ").filter(Boolean));
-      const p = child(process.execPath, [...prof, ...tsx, "--role", "proxy", "--engine", engineKind, "--engine-port", String(enginePort), "--sessions", String(SESSIONS), "--stats-out", stats, "--decode-ms-per-token", String(decodeMs)]);
+      const p = child(process.execPath, [...prof, ...tsx, "--role", "proxy", "--engine", engineKind, "--engine-port", String(enginePort), "--sessions", String(SESSIONS), "--rounds", String(ROUNDS), "--stats-out", stats, "--decode-ms-per-token", String(decodeMs)]);
       procs.push(p.proc);
+      proxyProc = p.proc;
       const { sessions } = JSON.parse(await p.firstLine) as { sessions: Array<{ url: string; secret: string }> };
-      await run("proxy", { url: (s) => sessions[s]!.url, headers: (s) => ({ authorization: `Bearer ${sessions[s]!.secret}` }) });
-      const exited = new Promise((r) => p.proc.once("exit", r));
-      p.proc.kill("SIGTERM");
+      targets.push({ name: "proxy", url: (s) => sessions[s]!.url, headers: (s) => ({ authorization: `Bearer ${sessions[s]!.secret}` }) });
+    }
+    // Sessions 0..SESSIONS-1 warm every path up; round r uses sessions r*SESSIONS.. (new texts, and new proxy sessions).
+    for (const t of targets) await drive(t, 0, toolMs);
+    for (let round = 1; round <= ROUNDS; round++)
+      for (const t of targets) {
+        const lat = await drive(t, round * SESSIONS, toolMs);
+        (e2e[t.name] ??= []).push(...lat);
+        console.log(`${t.name.padEnd(12)} round ${round} end-to-end n=${lat.length} p50=${pct(lat, 50).toFixed(2)}ms p99=${pct(lat, 99).toFixed(2)}ms`);
+      }
+    for (const t of targets) console.log(`${t.name.padEnd(12)} all rounds end-to-end n=${e2e[t.name]!.length} p50=${pct(e2e[t.name]!, 50).toFixed(2)}ms p99=${pct(e2e[t.name]!, 99).toFixed(2)}ms`);
+    if (nginx) hop["passthrough"] = nginxAdded(nginx.log, SESSIONS * turnsPerSession());
+    if (proxyProc) {
+      const exited = new Promise((r) => proxyProc!.once("exit", r));
+      proxyProc.kill("SIGTERM");
       await exited;
       proxyStats = JSON.parse(readFileSync(stats, "utf8")) as ProxyStats;
       hop["proxy"] = proxyStats.added;
