@@ -266,7 +266,9 @@ async function proxyRole(enginePort: number, engineKind: string, statsOut: strin
   // CPU time and GC pauses of the proxy process over the measured run (the
   // signal that does not depend on what else the machine runs): counted from
   // the end of the last warm-up request to the end of the measured run.
-  const warmUp = SESSIONS * turnsPerSession();
+  const turns = turnsPerSession();
+  const warmUp = SESSIONS * turns;
+  const callsBySession = new Map<string, number>();
   let cpuAtStart: NodeJS.CpuUsage | null = null;
   let gcMs = 0;
   let gcMaxMs = 0;
@@ -287,6 +289,14 @@ async function proxyRole(enginePort: number, engineKind: string, statsOut: strin
     onRequestEnd: (e) => {
       added.push(e.duration_ms - (engineMs.get(e.session_id ?? "") ?? 0));
       if (added.length === warmUp) cpuAtStart = process.cpuUsage();
+      // A rollout worker closes a session when its agent is done and ships the records;
+      // sessions left open would pile up histories and segments the real proxy does not keep.
+      const id = e.session_id;
+      if (id !== null) {
+        const calls = (callsBySession.get(id) ?? 0) + 1;
+        callsBySession.set(id, calls);
+        if (calls === turns) setImmediate(() => proxy.closeSession(id));
+      }
     },
   });
   // A warm-up run, then one run per round (a session's history only grows).
