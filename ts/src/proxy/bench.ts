@@ -263,18 +263,19 @@ async function proxyRole(enginePort: number, engineKind: string, statsOut: strin
   // The engine's share of a request: the time its stream kept the proxy waiting (keyed by session; one call in flight per session).
   const engine = timedEngine(inner, (requestId, ms) => engineMs.set(requestId.slice(0, requestId.lastIndexOf("/turn-")), ms));
   const added: number[] = [];
-  // CPU time and GC pauses of the proxy process over the measured run (the
-  // signal that does not depend on what else the machine runs): counted from
-  // the end of the last warm-up request to the end of the measured run.
+  // CPU time and GC pauses of the proxy process while the driver runs a measured
+  // proxy run (it says "measure" and "pause" on stdin): between those runs the
+  // process idles while other paths are measured, and V8 collects then too.
   const turns = turnsPerSession();
-  const warmUp = SESSIONS * turns;
   const callsBySession = new Map<string, number>();
-  let cpuAtStart: NodeJS.CpuUsage | null = null;
+  let measuring = false;
+  let cpuFrom: NodeJS.CpuUsage | null = null;
+  const cpu = { user: 0, system: 0 };
   let gcMs = 0;
   let gcMaxMs = 0;
   let gcCount = 0;
   const gc = new PerformanceObserver((list) => {
-    if (!cpuAtStart) return;
+    if (!measuring) return;
     for (const e of list.getEntries()) {
       gcMs += e.duration;
       gcMaxMs = Math.max(gcMaxMs, e.duration);
@@ -282,13 +283,25 @@ async function proxyRole(enginePort: number, engineKind: string, statsOut: strin
     }
   });
   gc.observe({ entryTypes: ["gc"] });
+  createInterface({ input: process.stdin }).on("line", (line) => {
+    if (line === "measure") {
+      measuring = true;
+      cpuFrom = process.cpuUsage();
+    } else if (line === "pause" && cpuFrom) {
+      const d = process.cpuUsage(cpuFrom);
+      cpu.user += d.user;
+      cpu.system += d.system;
+      measuring = false;
+      cpuFrom = null;
+    }
+    console.log(JSON.stringify({ ack: line }));
+  });
   const proxy = await ProxyServer.start({
     model,
     engine,
     servedModels: ["bench"],
     onRequestEnd: (e) => {
-      added.push(e.duration_ms - (engineMs.get(e.session_id ?? "") ?? 0));
-      if (added.length === warmUp) cpuAtStart = process.cpuUsage();
+      if (measuring) added.push(e.duration_ms - (engineMs.get(e.session_id ?? "") ?? 0));
       // A rollout worker closes a session when its agent is done and ships the records;
       // sessions left open would pile up histories and segments the real proxy does not keep.
       const id = e.session_id;
@@ -302,10 +315,9 @@ async function proxyRole(enginePort: number, engineKind: string, statsOut: strin
   // A warm-up run, then one run per round (a session's history only grows).
   const sessions = Array.from({ length: (ROUNDS + 1) * SESSIONS }, (_, i) => proxy.createSession(`b${i}`));
   process.once("SIGTERM", () => {
-    const cpu = process.cpuUsage(cpuAtStart ?? undefined);
-    const measured = added.length - warmUp;
+    const measured = added.length;
     const stats: ProxyStats = {
-      added: added.slice(warmUp),
+      added,
       cpu_ms_per_request: Number(((cpu.user + cpu.system) / 1000 / measured).toFixed(3)),
       cpu_system_ms_per_request: Number((cpu.system / 1000 / measured).toFixed(3)),
       gc_ms_per_request: Number((gcMs / measured).toFixed(3)),
@@ -319,21 +331,35 @@ async function proxyRole(enginePort: number, engineKind: string, statsOut: strin
 }
 
 // ------------------------------------------------------------------ driver
-function child(cmd: string, args: string[], env: Record<string, string> = {}): { proc: ChildProcess; firstLine: Promise<string> } {
-  const proc = spawn(cmd, args, { stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, ...env } });
+interface Child {
+  proc: ChildProcess;
+  firstLine: Promise<string>;
+  /** Writes `command` to the child's stdin and waits for its next JSON line (its answer). */
+  ask(command: string): Promise<string>;
+}
+
+function child(cmd: string, args: string[], env: Record<string, string> = {}): Child {
+  const proc = spawn(cmd, args, { stdio: ["pipe", "pipe", "inherit"], env: { ...process.env, ...env } });
   const lines = createInterface({ input: proc.stdout! });
-  // The first line that is JSON is the child's report; anything else (--trace-gc output) goes to stderr.
+  const waiting: Array<(line: string) => void> = [];
+  // The first line that is JSON is the child's report, later ones answer ask(); anything else (--trace-gc output) goes to stderr.
   const firstLine = new Promise<string>((resolve, reject) => {
     let reported = false;
     lines.on("line", (line) => {
       if (!reported && line.startsWith("{")) {
         reported = true;
         resolve(line);
-      } else process.stderr.write(line + "\n");
+      } else if (line.startsWith("{") && waiting.length > 0) waiting.shift()!(line);
+      else process.stderr.write(line + "\n");
     });
     proc.once("exit", (code) => reject(new Error(`${cmd} exited with ${code} before reporting`)));
   });
-  return { proc, firstLine };
+  const ask = (command: string) =>
+    new Promise<string>((resolve) => {
+      waiting.push(resolve);
+      proc.stdin!.write(command + "\n");
+    });
+  return { proc, firstLine, ask };
 }
 
 /** Polls until `url` answers (a benchmark helper for third-party servers that print no ready line). */
@@ -443,7 +469,7 @@ async function workload(label: string, decodeMs: number, toolMs: number, engineK
   const fixed = (url: string, headers: Record<string, string> = {}) => ({ url: () => url, headers: () => headers });
   const targets: Target[] = [];
   let nginx: Awaited<ReturnType<typeof startNginx>> = null;
-  let proxyProc: ChildProcess | null = null;
+  let proxyProc: Child | null = null;
   let stats = "";
   try {
     if (want("direct")) targets.push({ name: "direct", ...fixed(`http://127.0.0.1:${enginePort}/v1/chat/completions`) });
@@ -464,7 +490,7 @@ async function workload(label: string, decodeMs: number, toolMs: number, engineK
       prof.push(...PROXY_NODE_FLAGS, ...(process.env["BENCH_PROXY_NODE_FLAGS"] ?? "").split(" ").filter(Boolean));
       const p = child(process.execPath, [...prof, ...tsx, "--role", "proxy", "--engine", engineKind, "--engine-port", String(enginePort), "--sessions", String(SESSIONS), "--rounds", String(ROUNDS), "--stats-out", stats, "--decode-ms-per-token", String(decodeMs)]);
       procs.push(p.proc);
-      proxyProc = p.proc;
+      proxyProc = p;
       const { sessions } = JSON.parse(await p.firstLine) as { sessions: Array<{ url: string; secret: string }> };
       targets.push({ name: "proxy", url: (s) => sessions[s]!.url, headers: (s) => ({ authorization: `Bearer ${sessions[s]!.secret}` }) });
     }
@@ -472,15 +498,17 @@ async function workload(label: string, decodeMs: number, toolMs: number, engineK
     for (const t of targets) await drive(t, 0, toolMs);
     for (let round = 1; round <= ROUNDS; round++)
       for (const t of targets) {
+        if (t.name === "proxy") await proxyProc!.ask("measure");
         const lat = await drive(t, round * SESSIONS, toolMs);
+        if (t.name === "proxy") await proxyProc!.ask("pause");
         (e2e[t.name] ??= []).push(...lat);
         console.log(`${t.name.padEnd(12)} round ${round} end-to-end n=${lat.length} p50=${pct(lat, 50).toFixed(2)}ms p99=${pct(lat, 99).toFixed(2)}ms`);
       }
     for (const t of targets) console.log(`${t.name.padEnd(12)} all rounds end-to-end n=${e2e[t.name]!.length} p50=${pct(e2e[t.name]!, 50).toFixed(2)}ms p99=${pct(e2e[t.name]!, 99).toFixed(2)}ms`);
     if (nginx) hop["passthrough"] = nginxAdded(nginx.log, SESSIONS * turnsPerSession());
     if (proxyProc) {
-      const exited = new Promise((r) => proxyProc!.once("exit", r));
-      proxyProc.kill("SIGTERM");
+      const exited = new Promise((r) => proxyProc!.proc.once("exit", r));
+      proxyProc.proc.kill("SIGTERM");
       await exited;
       proxyStats = JSON.parse(readFileSync(stats, "utf8")) as ProxyStats;
       hop["proxy"] = proxyStats.added;
@@ -523,7 +551,7 @@ async function driver(): Promise<void> {
   }
   const head = results["paced"] ?? results["back_to_back"]!;
   const measure = results["paced"] ? "end_to_end_added_paced" : "end_to_end_added_back_to_back";
-  const ratio = (a: number | null | undefined, b: number | null | undefined) => (a == null || b == null || b <= 0 ? null : Number((a / b).toFixed(2)));
+  const ratio = (a: number | null | undefined, b: number | null | undefined) => (a == null || b == null || b <= 0 ? null : Number((a / b).toPrecision(3)));
   const floor = head.e2e_added_p50_ms["passthrough"];
   console.log(
     JSON.stringify({
