@@ -29,13 +29,19 @@ export interface PromptCodec {
 
 type Supplied = typeof TokenProvenance.prompt | typeof TokenProvenance.template;
 
+export interface PromptPiece {
+  ids: Int32Array;
+  provenance: Supplied;
+}
+
 export interface PromptPlan {
   kind: "fresh" | "extend" | "retry";
   /** Ids sent to the engine. */
   prompt_ids: Int32Array;
   /** Segment tokens kept before `pieces` (extend: all; retry: up to the last prompt). */
   baseLength: number;
-  pieces: Array<{ ids: number[]; provenance: Supplied }>;
+  /** Views of `prompt_ids` (the pieces own no copy: a call's tokenizer output dies young). */
+  pieces: PromptPiece[];
   version: number;
   messages: ChatMessage[];
   toolsKey: string;
@@ -87,25 +93,13 @@ export class ThreadCapture {
         if (sameMessage(m[k]!, st.reply)) {
           const ext = this.extension(st, m.slice(k + 1), req, codec);
           if (ext) {
-            const prompt = new Int32Array(b.length + ext.reduce((n, p) => n + p.ids.length, 0));
-            prompt.set(b.tokens.view(), 0);
-            let o = b.length;
-            for (const p of ext) {
-              prompt.set(p.ids, o);
-              o += p.ids.length;
-            }
-            return { ...base, messages: st.messages.concat(m.slice(k)), kind: "extend", prompt_ids: prompt, baseLength: b.length, pieces: ext, rewritten: false };
+            const { prompt, pieces } = assemble(b.tokens.view(), ext);
+            return { ...base, messages: st.messages.concat(m.slice(k)), kind: "extend", prompt_ids: prompt, baseLength: b.length, pieces, rewritten: false };
           }
         }
       }
     }
-    const pieces = splitGenerationPrompt(codec.template.render(req.messages, req.tools, renderOptions(req)), req, codec, true);
-    const prompt = new Int32Array(pieces.reduce((n, p) => n + p.ids.length, 0));
-    let o = 0;
-    for (const p of pieces) {
-      prompt.set(p.ids, o);
-      o += p.ids.length;
-    }
+    const { prompt, pieces } = assemble(new Int32Array(0), splitGenerationPrompt(codec.template.render(req.messages, req.tools, renderOptions(req)), req, codec, true));
     return { ...base, kind: "fresh", prompt_ids: prompt, baseLength: 0, pieces, rewritten: b !== null && b.turnCount > 0 };
   }
 
@@ -195,6 +189,19 @@ function splitGenerationPrompt(text: string, req: ChatRequest, codec: PromptCode
       { ids: codec.tokenizer.encode(gen), provenance: TokenProvenance.template },
     ];
   return [{ ids: codec.tokenizer.encode(text, options), provenance: TokenProvenance.prompt }];
+}
+
+/** The prompt `kept` + the pieces' ids, and the pieces as views of it. */
+function assemble(kept: Int32Array, parts: Array<{ ids: number[]; provenance: Supplied }>): { prompt: Int32Array; pieces: PromptPiece[] } {
+  const prompt = new Int32Array(parts.reduce((n, p) => n + p.ids.length, kept.length));
+  prompt.set(kept, 0);
+  let o = kept.length;
+  const pieces = parts.map((p) => {
+    prompt.set(p.ids, o);
+    o += p.ids.length;
+    return { ids: prompt.subarray(o - p.ids.length, o), provenance: p.provenance };
+  });
+  return { prompt, pieces };
 }
 
 function renderOptions(req: ChatRequest) {
