@@ -572,4 +572,13 @@ async function driver(): Promise<void> {
 const role = process.argv[process.argv.indexOf("--role") + 1];
 if (process.argv.includes("--role") && role === "engine") await engineRole(arg("decode-ms-per-token", 0));
 else if (process.argv.includes("--role") && role === "proxy") await proxyRole(arg("engine-port", 0), strArg("engine", "inproc"), strArg("stats-out", ""), arg("decode-ms-per-token", 0));
-else await driver();
+else if (process.argv.includes("--role") && role === "driver") await driver();
+else {
+  // The driver is the measuring instrument for every path: its own GC pauses (it
+  // serialises each session's growing history per call and parses every reply)
+  // land on whichever path it is timing. It runs as a child with the same heap
+  // settings as the proxy, so they are rarer and shorter on both sides of the difference.
+  const args = [...PROXY_NODE_FLAGS, "--import", "tsx", SELF, ...process.argv.slice(2), "--role", "driver"];
+  const code = await new Promise<number>((resolve) => spawn(process.execPath, args, { stdio: "inherit" }).once("exit", (c) => resolve(c ?? 1)));
+  process.exit(code);
+}
