@@ -14,7 +14,7 @@
 /** Internals of @huggingface/tokenizers 0.2.0 this reads; checked, so another shape keeps the library's decode. */
 interface DecoderInternals {
   model?: { vocab?: Array<string | undefined> };
-  decoder?: { constructor?: { name?: string }; byte_decoder?: Record<string, number>; end_of_word_suffix?: string | null } | null;
+  decoder?: { byte_decoder?: Record<string, number>; end_of_word_suffix?: string | null } | null;
   added_tokens?: Array<{ content: string }>;
   clean_up_tokenization_spaces?: boolean;
 }
