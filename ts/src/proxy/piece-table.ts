@@ -1,23 +1,23 @@
 /**
  * Token ids of pre-tokenizer pieces, looked up by a range of the text they sit
- * in. A `Map<string, number[]>` needs each piece as a string of its own: one
- * slice (an allocation) and one hash of it per piece, which was most of the
- * cost of encoding a tool result. Here the caller hashes the range while it
- * scans, and a hit is confirmed by comparing characters in place, so a cached
- * piece costs no allocation at all.
+ * in, given as code units (bytes for ASCII text, UTF-16 units otherwise). A
+ * `Map<string, number[]>` needs each piece as a string of its own: one slice
+ * (an allocation) and one hash of it per piece, which was most of the cost of
+ * encoding a tool result. Here a hit is confirmed by comparing code units in
+ * place, so a cached piece costs no allocation at all.
  *
  * Open addressing over flat typed arrays: the characters and ids of every entry
  * live in two pools, so entries hold no strings. That also means no entry keeps
  * alive the long text it was cut from (a slice of 13 or more characters would).
  */
 
-export const FNV_OFFSET = 0x811c9dc5 | 0;
-export const FNV_PRIME = 0x01000193;
+/** Text as code units: bytes of ASCII text, or UTF-16 code units. */
+export type CodeUnits = Uint8Array | Uint16Array;
 
-/** FNV-1a over the UTF-16 code units of `text[start, end)`. */
-export function hashRange(text: string, start: number, end: number): number {
-  let h = FNV_OFFSET;
-  for (let i = start; i < end; i++) h = Math.imul(h ^ text.charCodeAt(i), FNV_PRIME);
+/** FNV-1a over `units[start, end)`. */
+export function hashUnits(units: CodeUnits, start: number, end: number): number {
+  let h = 0x811c9dc5 | 0;
+  for (let i = start; i < end; i++) h = Math.imul(h ^ units[i]!, 0x01000193);
   return h;
 }
 
@@ -43,11 +43,11 @@ export class PieceTable {
   }
 
   /**
-   * Appends the ids of the piece `text[start, end)` (whose `hashRange` is `hash`)
+   * Appends the ids of the piece `units[start, end)` (whose `hashUnits` is `hash`)
    * to `out` and returns true; returns false, appending nothing, when it is unknown.
    */
-  appendTo(text: string, start: number, end: number, hash: number, out: number[]): boolean {
-    const e = this.find(text, start, end, hash);
+  appendTo(units: CodeUnits, start: number, end: number, hash: number, out: number[]): boolean {
+    const e = this.find(units, start, end, hash);
     if (e < 0) return false;
     const from = this.idStart[e]!;
     const to = from + this.idLength[e]!;
@@ -56,19 +56,8 @@ export class PieceTable {
     return true;
   }
 
-  /** `appendTo` for a piece given as bytes (ASCII text): `bytes[start, end)` are its code units. */
-  appendToBytes(bytes: Uint8Array, start: number, end: number, hash: number, out: number[]): boolean {
-    const e = this.findBytes(bytes, start, end, hash);
-    if (e < 0) return false;
-    const from = this.idStart[e]!;
-    const to = from + this.idLength[e]!;
-    const ids = this.ids;
-    for (let i = from; i < to; i++) out.push(ids[i]!);
-    return true;
-  }
-
-  /** Remembers `ids` for the piece `text[start, end)`; the piece must not be in the table. */
-  add(text: string, start: number, end: number, hash: number, ids: ArrayLike<number>): void {
+  /** Remembers `ids` for the piece `units[start, end)`; the piece must not be in the table. */
+  add(units: CodeUnits, start: number, end: number, hash: number, ids: ArrayLike<number>): void {
     if (this.count >= this.maxEntries) this.clear();
     if (2 * (this.count + 1) > this.slots.length) this.rehash(this.slots.length * 2);
     const e = this.count++;
@@ -76,7 +65,7 @@ export class PieceTable {
     const n = end - start;
     if (this.charsUsed + n > this.chars.length) this.chars = grow(this.chars, this.charsUsed + n);
     if (this.idsUsed + ids.length > this.ids.length) this.ids = grow(this.ids, this.idsUsed + ids.length);
-    for (let i = 0; i < n; i++) this.chars[this.charsUsed + i] = text.charCodeAt(start + i);
+    this.chars.set(units.subarray(start, end), this.charsUsed);
     for (let i = 0; i < ids.length; i++) this.ids[this.idsUsed + i] = ids[i]!;
     this.hashes[e] = hash;
     this.charStart[e] = this.charsUsed;
@@ -95,7 +84,7 @@ export class PieceTable {
     this.idsUsed = 0;
   }
 
-  private find(text: string, start: number, end: number, hash: number): number {
+  private find(units: CodeUnits, start: number, end: number, hash: number): number {
     const slots = this.slots;
     const mask = slots.length - 1;
     const n = end - start;
@@ -106,23 +95,7 @@ export class PieceTable {
       if (this.hashes[e] !== hash || this.charLength[e] !== n) continue;
       const at = this.charStart[e]!;
       let i = 0;
-      while (i < n && this.chars[at + i] === text.charCodeAt(start + i)) i++;
-      if (i === n) return e;
-    }
-  }
-
-  private findBytes(bytes: Uint8Array, start: number, end: number, hash: number): number {
-    const slots = this.slots;
-    const mask = slots.length - 1;
-    const n = end - start;
-    for (let s = hash & mask; ; s = (s + 1) & mask) {
-      const slot = slots[s]!;
-      if (slot === 0) return -1;
-      const e = slot - 1;
-      if (this.hashes[e] !== hash || this.charLength[e] !== n) continue;
-      const at = this.charStart[e]!;
-      let i = 0;
-      while (i < n && this.chars[at + i] === bytes[start + i]) i++;
+      while (i < n && this.chars[at + i] === units[start + i]) i++;
       if (i === n) return e;
     }
   }

@@ -21,7 +21,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Tokenizer } from "@huggingface/tokenizers";
 import { ByteLevelDecoder } from "./byte-level-decoder.ts";
-import { FNV_OFFSET, FNV_PRIME, PieceTable, hashRange } from "./piece-table.ts";
+import { PieceTable, hashUnits, type CodeUnits } from "./piece-table.ts";
 
 export class ModelFilesError extends Error {
   constructor(readonly modelDir: string, message: string, options?: { cause?: unknown }) {
@@ -198,6 +198,7 @@ const SECTION_CACHE_MAX_CHARS = 8 * 1024 * 1024;
 class PieceEncoder {
   private readonly table: PieceTable;
   private ascii = Buffer.allocUnsafe(1 << 14);
+  private utf16 = new Uint16Array(256);
   private ends = new Int32Array(1 << 12);
   private readonly sections = new Map<string, number[]>();
   private sectionChars = 0;
@@ -295,18 +296,24 @@ class PieceEncoder {
       let a = 0;
       for (let k = 0; k < count; k++) {
         const b = ends[k]!;
-        // hashRange over the same characters: an ASCII string's code units are its bytes.
-        let h = FNV_OFFSET;
-        for (let i = a; i < b; i++) h = Math.imul(h ^ bytes[i]!, FNV_PRIME);
-        if (!table.appendToBytes(bytes, a, b, h, out)) this.learn(section, a, b, h, out);
+        const h = hashUnits(bytes, a, b);
+        if (!table.appendTo(bytes, a, b, h, out)) this.learn(section.slice(a, b), bytes, a, b, h, out);
         a = b;
       }
       return;
     }
     for (const piece of this.split.pre_tokenize_text(section.normalize("NFC"))) {
-      const h = hashRange(piece, 0, piece.length);
-      if (!table.appendTo(piece, 0, piece.length, h, out)) this.learn(piece, 0, piece.length, h, out);
+      const units = this.utf16Units(piece);
+      const h = hashUnits(units, 0, piece.length);
+      if (!table.appendTo(units, 0, piece.length, h, out)) this.learn(piece, units, 0, piece.length, h, out);
     }
+  }
+
+  /** `text`'s UTF-16 code units, in a buffer reused from call to call. */
+  private utf16Units(text: string): Uint16Array {
+    if (text.length > this.utf16.length) this.utf16 = new Uint16Array(Math.max(text.length, 2 * this.utf16.length));
+    for (let i = 0; i < text.length; i++) this.utf16[i] = text.charCodeAt(i);
+    return this.utf16;
   }
 
   /** `text` (ASCII) as bytes, in a buffer reused from call to call. */
@@ -336,10 +343,10 @@ class PieceEncoder {
     return pieces;
   }
 
-  /** Encodes the piece `text[start, end)` with the library, remembers its ids and appends them to `out`. */
-  private learn(text: string, start: number, end: number, hash: number, out: number[]): void {
-    const ids = this.tokenizer.encode(text.slice(start, end), { add_special_tokens: false }).ids;
-    this.table.add(text, start, end, hash, ids);
+  /** Encodes `piece` (whose code units are `units[start, end)`) with the library, remembers its ids and appends them to `out`. */
+  private learn(piece: string, units: CodeUnits, start: number, end: number, hash: number, out: number[]): void {
+    const ids = this.tokenizer.encode(piece, { add_special_tokens: false }).ids;
+    this.table.add(units, start, end, hash, ids);
     for (const id of ids) out.push(id);
   }
 }
