@@ -121,13 +121,18 @@ function arrayOf(value: unknown, key: string): unknown[] | null {
 /** Offset just past the last non-whitespace byte before the `]` at `close`. */
 function lastElementEnd(b: Buffer, close: number): number {
   let i = close;
-  while (b[i - 1] === 0x20 || b[i - 1] === 0x0a || b[i - 1] === 0x0d || b[i - 1] === 0x09) i--;
+  while (isWhitespace(b[i - 1])) i--;
   return i;
 }
 
 function skipWhitespace(b: Buffer, i: number): number {
-  while (i < b.length && (b[i] === 0x20 || b[i] === 0x0a || b[i] === 0x0d || b[i] === 0x09)) i++;
+  while (i < b.length && isWhitespace(b[i])) i++;
   return i;
+}
+
+/** JSON's insignificant whitespace: space, line feed, carriage return, tab. */
+function isWhitespace(byte: number | undefined): boolean {
+  return byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09;
 }
 
 /** Offset just past the string whose opening quote is at `at`; -1 when it does not end. */
