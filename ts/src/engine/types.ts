@@ -18,6 +18,10 @@ export interface SamplingParams {
 export interface GenerateRequest {
   /** Unique per call; engines use it to abort and to correlate logs. */
   request_id: string;
+  /**
+   * Valid until the call's stream ends: the proxy reuses the buffer for the thread's
+   * next prompt once the turn is recorded. An engine that keeps the ids copies them.
+   */
   prompt_ids: Int32Array | number[];
   sampling: SamplingParams;
 }

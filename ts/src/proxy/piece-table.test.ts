@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { Growable } from "./capture/growable.ts";
 import { PieceTable, hashUnits } from "./piece-table.ts";
 
 /** UTF-16 code units of `text`. */
@@ -7,8 +8,8 @@ const hashRange = (text: string, start: number, end: number) => hashUnits(u(text
 const add = (table: PieceTable, text: string, start: number, end: number, hash: number, ids: number[]) => table.add(u(text), start, end, hash, ids);
 
 function lookup(table: PieceTable, text: string, start: number, end: number, hash = hashRange(text, start, end)): number[] | null {
-  const out: number[] = [];
-  return table.appendTo(u(text), start, end, hash, out) ? out : null;
+  const out = new Growable(Int32Array);
+  return table.appendTo(u(text), start, end, hash, out) ? Array.from(out.view()) : null;
 }
 
 describe("PieceTable", () => {
@@ -46,9 +47,10 @@ describe("PieceTable", () => {
     }
     expect(table.size).toBe(reference.size);
     for (const [piece, ids] of reference) {
-      const out = [-1];
+      const out = new Growable(Int32Array, 1);
+      out.push(-1);
       expect(table.appendTo(u(piece), 0, piece.length, hashRange(piece, 0, piece.length), out)).toBe(true);
-      expect(out).toEqual([-1, ...ids]);
+      expect(Array.from(out.view())).toEqual([-1, ...ids]);
     }
   });
 
@@ -57,9 +59,9 @@ describe("PieceTable", () => {
     const text = "let x = await fetch(url);";
     add(table, text, 7, 13, hashRange(text, 7, 13), [9, 8]); // " await"
     const bytes = Buffer.from(`>>${text}`, "latin1");
-    const out: number[] = [];
+    const out = new Growable(Int32Array);
     expect(table.appendTo(bytes, 9, 15, hashRange(text, 7, 13), out)).toBe(true);
-    expect(out).toEqual([9, 8]);
+    expect(Array.from(out.view())).toEqual([9, 8]);
     expect(table.appendTo(bytes, 9, 14, hashRange(text, 7, 12), out)).toBe(false);
   });
 

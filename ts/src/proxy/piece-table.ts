@@ -11,6 +11,8 @@
  * alive the long text it was cut from (a slice of 13 or more characters would).
  */
 
+import type { Growable } from "./capture/growable.ts";
+
 /** Text as code units: bytes of ASCII text, or UTF-16 code units. */
 export type CodeUnits = Uint8Array | Uint16Array;
 
@@ -46,13 +48,11 @@ export class PieceTable {
    * Appends the ids of the piece `units[start, end)` (whose `hashUnits` is `hash`)
    * to `out` and returns true; returns false, appending nothing, when it is unknown.
    */
-  appendTo(units: CodeUnits, start: number, end: number, hash: number, out: number[]): boolean {
+  appendTo(units: CodeUnits, start: number, end: number, hash: number, out: Growable<Int32Array>): boolean {
     const e = this.find(units, start, end, hash);
     if (e < 0) return false;
     const from = this.idStart[e]!;
-    const to = from + this.idLength[e]!;
-    const ids = this.ids;
-    for (let i = from; i < to; i++) out.push(ids[i]!);
+    out.pushRange(this.ids, from, from + this.idLength[e]!);
     return true;
   }
 

@@ -21,6 +21,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Tokenizer } from "@huggingface/tokenizers";
 import { ByteLevelDecoder } from "./byte-level-decoder.ts";
+import { Growable } from "./capture/growable.ts";
 import { PieceTable, hashUnits, type CodeUnits } from "./piece-table.ts";
 
 export class ModelFilesError extends Error {
@@ -38,7 +39,9 @@ export interface TokenizerConfig {
 }
 
 export class TextTokenizer {
-  private readonly cache = new Map<string, number[]>();
+  private readonly cache = new Map<string, Int32Array>();
+  /** `encode`'s working buffer (encoding is synchronous: one call at a time). */
+  private readonly scratch = new Growable(Int32Array, 1 << 12);
   private readonly vocabSize: number;
   private readonly pieces: PieceEncoder | null;
   private readonly byteDecoder: ByteLevelDecoder | null;
@@ -89,13 +92,16 @@ export class TextTokenizer {
   }
 
   /**
-   * Token ids of `text`; special-token strings in it become their ids; no BOS/EOS is added.
+   * Appends the token ids of `text` to `out`; special-token strings in it become
+   * their ids; no BOS/EOS is added. The proxy plans every prompt with this, so a
+   * call's ids never become an array of their own (a 2k-token tool result was
+   * ~80 KB of growing arrays per call, a third of what a call allocated).
    * `keepSections`: the text is likely to share long sections with later texts (a whole
    * render of a conversation's start: system prompt, tool list), so keep those sections'
    * ids (see PieceEncoder). Short texts are remembered whole in a small LRU.
    */
-  encode(text: string, options: { keepSections?: boolean } = {}): number[] {
-    if (text.length === 0) return [];
+  encodeInto(text: string, out: Growable<Int32Array>, options: { keepSections?: boolean } = {}): void {
+    if (text.length === 0) return;
     const remember = this.cacheEntries > 0 && text.length <= WHOLE_TEXT_CACHE_MAX_CHARS;
     if (remember) {
       const hit = this.cache.get(text);
@@ -103,15 +109,28 @@ export class TextTokenizer {
         // Refresh recency (Map keeps insertion order).
         this.cache.delete(text);
         this.cache.set(text, hit);
-        return hit;
+        out.pushRange(hit, 0, hit.length);
+        return;
       }
     }
-    const ids = this.pieces ? this.pieces.encode(text, options.keepSections === true) : this.encodeWithLibrary(text);
+    const start = out.length;
+    if (this.pieces) this.pieces.encodeInto(text, out, options.keepSections === true);
+    else {
+      const ids = this.encodeWithLibrary(text);
+      out.pushRange(ids, 0, ids.length);
+    }
     if (remember) {
-      this.cache.set(text, ids);
+      this.cache.set(text, out.copy(start, out.length));
       if (this.cache.size > this.cacheEntries) this.cache.delete(this.cache.keys().next().value!);
     }
-    return ids;
+  }
+
+  /** Token ids of `text` as a new array (see encodeInto). */
+  encode(text: string, options: { keepSections?: boolean } = {}): number[] {
+    const out = this.scratch;
+    out.truncate(0);
+    this.encodeInto(text, out, options);
+    return Array.from(out.view());
   }
 
   /** The piece encoder's two ways of splitting a section (null for tokenizers it does not handle); for tests. */
@@ -200,7 +219,7 @@ class PieceEncoder {
   private ascii = Buffer.allocUnsafe(1 << 14);
   private utf16 = new Uint16Array(256);
   private ends = new Int32Array(1 << 12);
-  private readonly sections = new Map<string, number[]>();
+  private readonly sections = new Map<string, Int32Array>();
   private sectionChars = 0;
   /** Added tokens, longest first: a regex alternation then takes the longest match at the leftmost position, as the library's trie does. */
   private readonly addedRe: RegExp;
@@ -247,8 +266,7 @@ class PieceEncoder {
     return new PieceEncoder(tokenizer, internals.added_tokens_map, splitter);
   }
 
-  encode(text: string, keepSections = false): number[] {
-    const out: number[] = [];
+  encodeInto(text: string, out: Growable<Int32Array>, keepSections: boolean): void {
     let start = 0;
     this.addedRe.lastIndex = 0;
     for (let m = this.addedRe.exec(text); m !== null; m = this.addedRe.exec(text)) {
@@ -257,7 +275,6 @@ class PieceEncoder {
       start = m.index + m[0].length;
     }
     if (start < text.length) this.encodeSectionCached(text.slice(start), out, keepSections);
-    return out;
   }
 
   /**
@@ -267,25 +284,23 @@ class PieceEncoder {
    * ids are the same wherever they appear. Other long sections (tool output
    * in continuations) are looked up but not kept.
    */
-  private encodeSectionCached(section: string, out: number[], keep: boolean): void {
+  private encodeSectionCached(section: string, out: Growable<Int32Array>, keep: boolean): void {
     if (section.length < SECTION_CACHE_MIN_CHARS || (!keep && this.sections.size === 0)) return this.encodeSection(section, out);
-    let ids = this.sections.get(section);
-    if (ids === undefined) {
-      ids = [];
-      this.encodeSection(section, ids);
-      if (keep) {
-        if (this.sectionChars + section.length > SECTION_CACHE_MAX_CHARS) {
-          this.sections.clear();
-          this.sectionChars = 0;
-        }
-        this.sections.set(section, ids);
-        this.sectionChars += section.length;
+    const ids = this.sections.get(section);
+    if (ids !== undefined) return out.pushRange(ids, 0, ids.length);
+    const start = out.length;
+    this.encodeSection(section, out);
+    if (keep) {
+      if (this.sectionChars + section.length > SECTION_CACHE_MAX_CHARS) {
+        this.sections.clear();
+        this.sectionChars = 0;
       }
+      this.sections.set(section, out.copy(start, out.length));
+      this.sectionChars += section.length;
     }
-    for (let i = 0; i < ids.length; i++) out.push(ids[i]!);
   }
 
-  private encodeSection(section: string, out: number[]): void {
+  private encodeSection(section: string, out: Growable<Int32Array>): void {
     const table = this.table;
     // Pure ASCII (most code and tool output) is NFC already and splits the same
     // with the scanner below as with the Split regex, without the regex engine.
@@ -344,10 +359,10 @@ class PieceEncoder {
   }
 
   /** Encodes `piece` (whose code units are `units[start, end)`) with the library, remembers its ids and appends them to `out`. */
-  private learn(piece: string, units: CodeUnits, start: number, end: number, hash: number, out: number[]): void {
+  private learn(piece: string, units: CodeUnits, start: number, end: number, hash: number, out: Growable<Int32Array>): void {
     const ids = this.tokenizer.encode(piece, { add_special_tokens: false }).ids;
     this.table.add(units, start, end, hash, ids);
-    for (const id of ids) out.push(id);
+    out.pushRange(ids, 0, ids.length);
   }
 }
 

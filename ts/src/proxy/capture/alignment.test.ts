@@ -22,8 +22,8 @@ afterEach(async () => {
   proxy = null;
 });
 
-async function setup(script: ScriptedReply[], moe?: { layers: number; topK: number; experts: number }) {
-  const engine = scriptedEngine(qwen3(), script, moe ? { moe } : {});
+async function setup(script: ScriptedReply[], moe?: { layers: number; topK: number; experts: number }, decodeMsPerToken = 0) {
+  const engine = scriptedEngine(qwen3(), script, { ...(moe ? { moe } : {}), decodeMsPerToken });
   proxy = await startProxy(engine);
   return { engine, session: proxy.createSession("s"), proxy };
 }
@@ -172,6 +172,26 @@ describe("segments stay token-exact when clients re-serialize history", () => {
     expect(records.counters).toEqual({ main_turns: 3, side_thread_turns: 0, tool_calls: 0, rolled_back_turns: 1 });
     expect(qwen3().tokenizer.decode(records.segments[0]!.token_ids)).toContain("second try");
     expect(qwen3().tokenizer.decode(records.segments[0]!.token_ids)).not.toContain("first try");
+  });
+
+  it("keeps every prompt exact when two calls of one thread are in flight at once, whichever finishes first", async () => {
+    // The second call planned (fast reply) commits first; the first one (slow reply) was
+    // planned on the same history and gets a segment of its own whose prompt never trains.
+    const slow = "a much longer reply that takes the engine a while to sample";
+    const { engine, session, proxy } = await setup([{ text: "r1" }, { text: slow }, { text: "r2" }, { text: "r3" }], undefined, 2);
+    const h = [{ role: "user", content: "u1" }, { role: "assistant", content: "r1" }];
+    await chat(session, h.slice(0, 1));
+    const [late, early] = await Promise.all([chat(session, [...h, { role: "user", content: "u2 (first)" }]), chat(session, [...h, { role: "user", content: "u2 (second)" }])]);
+    expect([late["content"], early["content"]]).toEqual([slow, "r2"]);
+    await chat(session, [...h, { role: "user", content: "u2 (second)" }, { role: "assistant", content: "r2" }, { role: "user", content: "u3" }]);
+    const records = expectAligned(proxy.closeSession(session.id), engine);
+    // The stale call's segment was sealed when it committed, before the session closed.
+    expect(records.segments.map((s) => [s.seal_reason, s.turns.map((t) => t.turn_id)])).toEqual([
+      ["finished", ["s/turn-1"]],
+      ["finished", ["s/turn-0", "s/turn-2", "s/turn-3"]],
+    ]);
+    const own = records.segments[0]!;
+    expect(Array.from(own.provenance.subarray(0, own.turns[0]!.completion_start)).every((p) => p === TokenProvenance.prompt)).toBe(true);
   });
 
   it("records a call with another system prompt and no tools as a flagged side thread", async () => {

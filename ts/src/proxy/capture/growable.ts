@@ -20,6 +20,24 @@ export class Growable<T extends Typed> {
     this.buf = next;
   }
 
+  push(value: number): void {
+    if (this.length === this.buf.length) this.reserve(1);
+    this.buf[this.length++] = value;
+  }
+
+  /**
+   * Appends `values[from, to)` element by element: for the short runs the
+   * tokenizer appends (a piece's 1-3 ids) this beats a `subarray` view, which
+   * is an object per call.
+   */
+  pushRange(values: ArrayLike<number>, from: number, to: number): void {
+    this.reserve(to - from);
+    const buf = this.buf;
+    let n = this.length;
+    for (let i = from; i < to; i++) buf[n++] = values[i]!;
+    this.length = n;
+  }
+
   pushAll(values: ArrayLike<number>): void {
     this.reserve(values.length);
     this.buf.set(values as never, this.length);

@@ -17,6 +17,7 @@ import type { ChatTemplate } from "../chat-template.ts";
 import { TokenProvenance, type Turn } from "../records.ts";
 import type { TextTokenizer } from "../tokenizer.ts";
 import { messageFingerprint, toolsFingerprint } from "./fingerprint.ts";
+import { Growable } from "./growable.ts";
 import { SegmentBuilder } from "./segment-builder.ts";
 
 export interface PromptCodec {
@@ -36,8 +37,13 @@ export interface PromptPiece {
 
 export interface PromptPlan {
   kind: "fresh" | "extend" | "retry";
-  /** Ids sent to the engine. */
+  /**
+   * Ids sent to the engine: a view of the thread's prompt buffer, which the next
+   * call reuses once this one has committed (the segment then holds the same ids).
+   */
   prompt_ids: Int32Array;
+  /** The whole buffer `prompt_ids` views. */
+  promptBuffer: Int32Array;
   /** Segment tokens kept before `pieces` (extend: all; retry: up to the last prompt). */
   baseLength: number;
   /** Views of `prompt_ids` (the pieces own no copy: a call's tokenizer output dies young). */
@@ -66,6 +72,8 @@ export interface SealedDraft {
 export class ThreadCapture {
   private builder: SegmentBuilder | null = null;
   private state: ThreadState | null = null;
+  /** A committed call's prompt buffer, free for the next plan. */
+  private spare: Int32Array | null = null;
   private version = 0;
   readonly sealed: SealedDraft[] = [];
   turnCount = 0;
@@ -88,32 +96,84 @@ export class ThreadCapture {
       if (m.length >= k && sameMessages(m, st.messages, k)) {
         // The first k messages equal the recorded ones: keep the recorded objects (already
         // long-lived) so this request's copies of the whole history die young.
-        if (m.length === k)
-          return { ...base, messages: st.messages, kind: "retry", prompt_ids: b.tokens.copy(0, st.lastPromptLength), baseLength: st.lastPromptLength, pieces: [], rewritten: false };
-        if (sameMessage(m[k]!, st.reply)) {
-          const ext = this.extension(st, m.slice(k + 1), req, codec);
-          if (ext) {
-            const { prompt, pieces } = assemble(b.tokens.view(), ext);
-            return { ...base, messages: st.messages.concat(m.slice(k)), kind: "extend", prompt_ids: prompt, baseLength: b.length, pieces, rewritten: false };
-          }
+        if (m.length === k) {
+          const promptBuffer = this.promptBufferFor(st.lastPromptLength);
+          const prompt_ids = promptBuffer.subarray(0, st.lastPromptLength);
+          prompt_ids.set(b.tokens.view(0, st.lastPromptLength));
+          return { ...base, messages: st.messages, kind: "retry", prompt_ids, promptBuffer, baseLength: st.lastPromptLength, pieces: [], rewritten: false };
         }
+        if (sameMessage(m[k]!, st.reply) && this.extension(st, m.slice(k + 1), req, codec))
+          return { ...base, ...this.assemble(b.tokens.view()), messages: st.messages.concat(m.slice(k)), kind: "extend", baseLength: b.length, rewritten: false };
       }
     }
-    const { prompt, pieces } = assemble(new Int32Array(0), splitGenerationPrompt(codec.template.render(req.messages, req.tools, renderOptions(req)), req, codec, true));
-    return { ...base, kind: "fresh", prompt_ids: prompt, baseLength: 0, pieces, rewritten: b !== null && b.turnCount > 0 };
+    NEW_PIECES.reset();
+    appendRendered(codec.template.render(req.messages, req.tools, renderOptions(req)), req, codec, true);
+    return { ...base, ...this.assemble(EMPTY), kind: "fresh", baseLength: 0, rewritten: b !== null && b.turnCount > 0 };
   }
 
-  /** Tail after the last completion + the new messages, or null when the template cannot render them alone. */
-  private extension(st: ThreadState, fresh: ChatMessage[], req: ChatRequest, codec: PromptCodec) {
+  /**
+   * Appends to NEW_PIECES the tail after the last completion + the new messages;
+   * false when the template cannot render them alone.
+   */
+  private extension(st: ThreadState, fresh: ChatMessage[], req: ChatRequest, codec: PromptCodec): boolean {
     const tail = codec.template.assistantTail;
     let tailText: string;
     if (st.endsWithEndOfTurn) {
-      if (!tail.startsWith(codec.endOfTurnText)) return null;
+      if (!tail.startsWith(codec.endOfTurnText)) return false;
       tailText = tail.slice(codec.endOfTurnText.length);
     } else tailText = tail;
     const cont = codec.template.renderContinuation(fresh, req.tools, renderOptions(req));
-    if (cont === null) return null;
-    return [{ ids: codec.tokenizer.encode(tailText), provenance: TokenProvenance.template as Supplied }, ...splitGenerationPrompt(cont, req, codec)];
+    if (cont === null) return false;
+    NEW_PIECES.reset();
+    codec.tokenizer.encodeInto(tailText, NEW_PIECES.ids);
+    NEW_PIECES.end(TokenProvenance.template);
+    appendRendered(cont, req, codec);
+    return true;
+  }
+
+  /** The prompt `kept` + NEW_PIECES in this thread's prompt buffer, and the pieces as views of it. */
+  private assemble(kept: Int32Array): { prompt_ids: Int32Array; promptBuffer: Int32Array; pieces: PromptPiece[] } {
+    const fresh = NEW_PIECES.ids;
+    const n = kept.length + fresh.length;
+    const promptBuffer = this.promptBufferFor(n);
+    const prompt_ids = promptBuffer.subarray(0, n);
+    prompt_ids.set(kept, 0);
+    prompt_ids.set(fresh.view(), kept.length);
+    const pieces: PromptPiece[] = [];
+    let from = kept.length;
+    for (let i = 0; i < NEW_PIECES.ends.length; i++) {
+      const to = kept.length + NEW_PIECES.ends[i]!;
+      pieces.push({ ids: prompt_ids.subarray(from, to), provenance: NEW_PIECES.provenances[i]! });
+      from = to;
+    }
+    return { prompt_ids, promptBuffer, pieces };
+  }
+
+  /**
+   * A buffer for an `n`-token prompt: the one the last committed call used when it
+   * is big enough, else a new one with room to grow. A thread's prompts are about as
+   * long as its segment, so a new buffer per call was most of the proxy's off-heap
+   * allocation, and V8 starts full collections on off-heap growth alone.
+   */
+  private promptBufferFor(n: number): Int32Array {
+    const spare = this.spare;
+    if (spare && spare.length >= n) {
+      this.spare = null;
+      return spare;
+    }
+    let size = 4096;
+    while (size < n) size *= 2;
+    return new Int32Array(size);
+  }
+
+  /**
+   * Hands a committed plan's buffer back for the next call. Only after commit: the turn
+   * and the segment then hold their own ids, and the engine has finished reading the
+   * prompt (EngineClient: a request's prompt_ids are read before its stream ends). A
+   * failed turn keeps its prompt in the audit list, so its buffer is never reused.
+   */
+  private release(plan: PromptPlan): void {
+    if (!this.spare || this.spare.length < plan.promptBuffer.length) this.spare = plan.promptBuffer;
   }
 
   /**
@@ -127,7 +187,9 @@ export class ThreadCapture {
       const own = new SegmentBuilder(this.newSegmentId());
       own.appendSupplied(plan.prompt_ids, TokenProvenance.prompt, turn.prompt_routing);
       own.appendSampled(turn, turn.completion_ids, turn.logprobs, turn.routing, routingRecorded);
+      turn.prompt_ids = own.tokens.view(0, plan.prompt_ids.length);
       this.sealed.push({ builder: own, reason: "finished" });
+      this.release(plan);
       return { rolledBack: null };
     }
     this.version++;
@@ -162,6 +224,7 @@ export class ThreadCapture {
       toolsKey: plan.toolsKey,
       lastTurn: turn,
     };
+    this.release(plan);
     return { rolledBack };
   }
 
@@ -174,34 +237,51 @@ export class ThreadCapture {
 }
 
 /**
- * Rendered text as pieces: the harness's messages (`prompt`) and the
+ * The ids of a plan's new pieces, back to back in one buffer that every plan
+ * reuses (planning is synchronous), with where each piece ends and its
+ * provenance; `assemble` copies them into the prompt.
+ */
+class NewPieces {
+  readonly ids = new Growable(Int32Array, 1 << 14);
+  readonly ends: number[] = [];
+  readonly provenances: Supplied[] = [];
+
+  reset(): void {
+    this.ids.truncate(0);
+    this.ends.length = 0;
+    this.provenances.length = 0;
+  }
+
+  /** Ends a piece at the ids appended so far. */
+  end(provenance: Supplied): void {
+    this.ends.push(this.ids.length);
+    this.provenances.push(provenance);
+  }
+}
+
+const NEW_PIECES = new NewPieces();
+const EMPTY = new Int32Array(0);
+
+/**
+ * Appends rendered text to NEW_PIECES: the harness's messages (`prompt`) and the
  * generation prompt the template appends (`template`). The split is made only
  * where it cannot change tokenization (the generation prompt starts with an
  * added token); otherwise the whole text stays `prompt`.
  */
-function splitGenerationPrompt(text: string, req: ChatRequest, codec: PromptCodec, whole = false): Array<{ ids: number[]; provenance: Supplied }> {
+function appendRendered(text: string, req: ChatRequest, codec: PromptCodec, whole = false): void {
   const gen = codec.template.generationPrompt(req.enable_thinking === undefined ? {} : { enableThinking: req.enable_thinking });
   // A whole render's long sections (system prompt, tool list) recur in other sessions: the tokenizer keeps them.
   const options = { keepSections: whole };
-  if (gen.length > 0 && text.endsWith(gen) && codec.tokenizer.startsWithAddedToken(gen))
-    return [
-      { ids: codec.tokenizer.encode(text.slice(0, text.length - gen.length), options), provenance: TokenProvenance.prompt },
-      { ids: codec.tokenizer.encode(gen), provenance: TokenProvenance.template },
-    ];
-  return [{ ids: codec.tokenizer.encode(text, options), provenance: TokenProvenance.prompt }];
-}
-
-/** The prompt `kept` + the pieces' ids, and the pieces as views of it. */
-function assemble(kept: Int32Array, parts: Array<{ ids: number[]; provenance: Supplied }>): { prompt: Int32Array; pieces: PromptPiece[] } {
-  const prompt = new Int32Array(parts.reduce((n, p) => n + p.ids.length, kept.length));
-  prompt.set(kept, 0);
-  let o = kept.length;
-  const pieces = parts.map((p) => {
-    prompt.set(p.ids, o);
-    o += p.ids.length;
-    return { ids: prompt.subarray(o - p.ids.length, o), provenance: p.provenance };
-  });
-  return { prompt, pieces };
+  const out = NEW_PIECES.ids;
+  if (gen.length > 0 && text.endsWith(gen) && codec.tokenizer.startsWithAddedToken(gen)) {
+    codec.tokenizer.encodeInto(text.slice(0, text.length - gen.length), out, options);
+    NEW_PIECES.end(TokenProvenance.prompt);
+    codec.tokenizer.encodeInto(gen, out);
+    NEW_PIECES.end(TokenProvenance.template);
+    return;
+  }
+  codec.tokenizer.encodeInto(text, out, options);
+  NEW_PIECES.end(TokenProvenance.prompt);
 }
 
 function renderOptions(req: ChatRequest) {
