@@ -16,7 +16,11 @@ import type { ChatMessage, ChatRequest, ReplyStop, ToolChoice, ToolSpec } from "
 import { InvalidRequestError } from "./errors.ts";
 import type { SseWriter } from "./sse.ts";
 import type { ReplyEvent } from "./turn-runner.ts";
-import { arr, obj, optBool, optInt, optNum, optStr, str, toolName, toolSchema, type Json } from "./validate.ts";
+import { arr, obj, optBool, optInt, optNum, optStr, ParsedValues, str, toolName, toolSchema, type Json } from "./validate.ts";
+
+const parsedMessages = new ParsedValues<ChatMessage[]>();
+const parsedSystems = new ParsedValues<string | null>();
+const parsedTools = new ParsedValues<ToolSpec[]>();
 
 /** Parses a Messages body; `countOnly` is for count_tokens, where max_tokens is absent. */
 export function parseMessagesRequest(body: unknown, countOnly = false): ChatRequest {
@@ -25,17 +29,13 @@ export function parseMessagesRequest(body: unknown, countOnly = false): ChatRequ
   const maxTokens = optInt(b["max_tokens"], "max_tokens", 1);
   if (!countOnly && maxTokens === undefined) throw new InvalidRequestError("max_tokens: required", "max_tokens");
   const messages: ChatMessage[] = [];
-  const system = systemText(b["system"]);
+  const system = parsedSystems.get(b["system"], systemText);
   if (system !== null) messages.push({ role: "system", content: system });
-  arr(b["messages"], "messages").forEach((m, i) => messages.push(...parseMessage(m, `messages.${i}`)));
+  arr(b["messages"], "messages").forEach((m, i) => messages.push(...parsedMessages.get(m, (raw) => parseMessage(raw, `messages.${i}`))));
   if (messages.length === 0 || messages.every((m) => m.role === "system"))
     throw new InvalidRequestError("messages: at least one message is required", "messages");
-  const tools: ToolSpec[] = [];
-  if (b["tools"] !== undefined && b["tools"] !== null)
-    arr(b["tools"], "tools").forEach((t, i) => {
-      const spec = parseTool(t, `tools.${i}`);
-      if (spec) tools.push(spec);
-    });
+  const tools: ToolSpec[] =
+    b["tools"] === undefined || b["tools"] === null ? [] : parsedTools.get(b["tools"], (raw) => arr(raw, "tools").flatMap((t, i) => parseTool(t, `tools.${i}`) ?? []));
   const req: ChatRequest = { model, messages, tools, tool_choice: parseToolChoice(b["tool_choice"], tools), sampling: {}, stream: optBool(b["stream"], "stream") ?? false };
   if (maxTokens !== undefined) req.sampling.max_tokens = maxTokens;
   const temperature = optNum(b["temperature"], "temperature", 0, 1);

@@ -3,10 +3,15 @@ import { GrowingBodyParser } from "./growing-body.ts";
 
 const bytes = (text: string) => Buffer.from(text, "utf8");
 
-/** Parses `text` and checks the result is exactly JSON.parse's. */
+/** Parses `text` and checks the result is exactly JSON.parse's, key order and prototypes included. */
 function parseLikeJson(parser: GrowingBodyParser, text: string): unknown {
   const value = parser.parse(bytes(text));
-  expect(value).toEqual(JSON.parse(text));
+  const reference: unknown = JSON.parse(text);
+  expect(value).toEqual(reference);
+  if (value && typeof value === "object") {
+    expect(Object.keys(value)).toEqual(Object.keys(reference as object));
+    expect(Object.getPrototypeOf(value)).toBe(Object.getPrototypeOf(reference));
+  }
   return value;
 }
 
@@ -75,6 +80,45 @@ describe("GrowingBodyParser", () => {
     parseLikeJson(parser, '{"messages":[{"a":1}],"model":"m"}');
     const escaped = parseLikeJson(parser, '{"messages":[{"a":1},{"b":2}],"mess\\u0061ges":[]}') as { messages: unknown[] };
     expect(escaped.messages).toEqual([]);
+  });
+
+  it("keeps the fields after the history as the same objects while their bytes repeat", () => {
+    const parser = new GrowingBodyParser("messages");
+    const history: unknown[] = [{ role: "user", content: "a" }];
+    const body = (maxTokens: number) => JSON.stringify({ model: "m", messages: history, tools: [{ name: "run", schema: { type: "object" } }], max_tokens: maxTokens });
+    const first = parseLikeJson(parser, body(8)) as { tools: unknown[] };
+    history.push({ role: "assistant", content: "b" });
+    const second = parseLikeJson(parser, body(8)) as { tools: unknown[] };
+    expect(second.tools).toBe(first.tools);
+    history.push({ role: "user", content: "c" });
+    const changed = parseLikeJson(parser, body(9)) as { tools: unknown[] };
+    expect(changed.tools).not.toBe(second.tools);
+    history.push({ role: "assistant", content: "d" });
+    expect((parseLikeJson(parser, body(9)) as { tools: unknown[] }).tools).toBe(changed.tools);
+  });
+
+  it("sets the fields after the history as JSON.parse does: repeated keys, __proto__, key order", () => {
+    const parser = new GrowingBodyParser("messages");
+    for (const tail of ['"model":"again","1":2,"__proto__":{"polluted":true},"x":[1]', '"__proto__":null,"model":"m2"']) {
+      parseLikeJson(parser, `{"model":"m","messages":[{"a":1}],${tail}}`);
+      const value = parseLikeJson(parser, `{"model":"m","messages":[{"a":1},{"b":2}],${tail}}`);
+      expect(parser.lastReusedBytes).toBeGreaterThan(0);
+      expect(({} as Record<string, unknown>)["polluted"]).toBeUndefined();
+      expect(Object.getOwnPropertyNames(value)).toContain("__proto__");
+    }
+  });
+
+  it("gives JSON.parse's answer when only the text after the history is broken", () => {
+    const parser = new GrowingBodyParser("messages");
+    parseLikeJson(parser, '{"messages":[{"a":1}],"model":"m"}');
+    expect(() => parser.parse(bytes('{"messages":[{"a":1},{"b":2}],}'))).toThrow(SyntaxError); // trailing comma
+    parseLikeJson(parser, '{"messages":[{"a":1}],"model":"m"}');
+    expect(() => parser.parse(bytes('{"messages":[{"a":1},{"b":2}],"model":"m"} x'))).toThrow(SyntaxError); // text after the object
+    parseLikeJson(parser, '{"messages":[{"a":1}],"model":"m"}');
+    expect(() => parser.parse(bytes('{"messages":[{"a":1},{"b":2}],"model":}'))).toThrow(SyntaxError);
+    parseLikeJson(parser, '{"messages":[{"a":1}],"model":"m"}  ');
+    parseLikeJson(parser, '{"messages":[{"a":1},{"b":2}],"model":"m"}  ');
+    expect(parser.lastReusedBytes).toBeGreaterThan(0);
   });
 
   it("handles bodies without the history array, or with an empty one", () => {

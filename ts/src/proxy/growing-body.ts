@@ -17,6 +17,12 @@
  * after the old elements, is checked). Anything else (an edited or compacted
  * history, the array's key twice, a key spelled with escapes) is parsed whole.
  *
+ * The fields after the array (the tool list, often tens of KB, and the
+ * sampling settings) usually repeat too: when the bytes from the array's `]` to
+ * the end equal the previous body's, their values are the previous ones, the
+ * same objects, so a tool list is neither parsed again nor a new object each
+ * call. Values are shared between results: callers must not mutate them.
+ *
  * No JSON library offers resuming a parse at a byte offset; the scanner below
  * only finds the array's brackets and the object's top-level keys, and skips
  * strings with Buffer.indexOf.
@@ -48,6 +54,10 @@ export class GrowingBodyParser {
    * generation; that churn is what started its full collections.
    */
   private kept = Buffer.alloc(0);
+  /** The previous body from its array's `]` to its end, and the fields that text holds, parsed. */
+  private tail = Buffer.alloc(0);
+  private tailLength = -1;
+  private tailFields: Array<[string, unknown]> = [];
   private readonly key: Buffer;
   /** Bytes of the last body that were not parsed again (0 when it was parsed whole). */
   lastReusedBytes = 0;
@@ -67,7 +77,12 @@ export class GrowingBodyParser {
     const elements = arrayOf(value, this.arrayKey);
     if (elements && elements.length > 0) {
       const layout = walk(bytes, 0, 0, -1, this.key);
-      if (layout) this.remember(bytes, 0, { open: layout.open, end: lastElementEnd(bytes, layout.close), elements });
+      if (layout) {
+        // The body is JSON, so its tail parses; the next body with the same tail gets these objects.
+        const fields = this.fieldsAfter(bytes, layout.close);
+        if (fields) for (const [k, v] of fields) defineField(value as Record<string, unknown>, k, v);
+        this.remember(bytes, 0, { open: layout.open, end: lastElementEnd(bytes, layout.close), elements });
+      }
     }
     return value;
   }
@@ -86,18 +101,54 @@ export class GrowingBodyParser {
     } else return undefined;
     const layout = walk(bytes, after, 2, prev.open, this.key);
     if (!layout) return undefined;
+    const fields = this.fieldsAfter(bytes, layout.close);
+    if (!fields) return undefined; // parsed whole, for JSON.parse's own message and position
     let value: unknown;
     try {
-      value = JSON.parse(bytes.toString("utf8", 0, prev.open) + bytes.toString("utf8", rest));
+      // The object up to the array's end; the fields after it are `fields`.
+      value = JSON.parse(bytes.toString("utf8", 0, prev.open) + bytes.toString("utf8", rest, layout.close) + "]}");
     } catch {
-      return undefined; // parsed whole, for JSON.parse's own message and position
+      return undefined;
     }
-    const fresh = arrayOf(value, this.arrayKey)!;
-    const elements = prev.elements.concat(fresh);
-    (value as Record<string, unknown>)[this.arrayKey] = elements;
+    const record = value as Record<string, unknown>;
+    const elements = prev.elements.concat(arrayOf(value, this.arrayKey)!);
+    record[this.arrayKey] = elements;
+    for (const [k, v] of fields) defineField(record, k, v);
     this.remember(bytes, prev.end, { open: prev.open, end: lastElementEnd(bytes, layout.close), elements });
     this.lastReusedBytes = prev.end;
     return value;
+  }
+
+  /**
+   * The top-level fields after the array whose `]` is at `close`, in order: the
+   * previous ones when the bytes from `close` to the end are the previous body's,
+   * else parsed. Null when that text is not the end of a JSON object.
+   */
+  private fieldsAfter(bytes: Buffer, close: number): Array<[string, unknown]> | null {
+    const n = bytes.length - close;
+    if (n === this.tailLength && bytes.compare(this.tail, 0, n, close, bytes.length) === 0) return this.tailFields;
+    const next = skipWhitespace(bytes, close + 1);
+    let fields: Array<[string, unknown]>;
+    if (bytes[next] === CLOSE_BRACE) {
+      // Only whitespace may follow the object.
+      if (skipWhitespace(bytes, next + 1) !== bytes.length) return null;
+      fields = [];
+    } else if (bytes[next] === COMMA) {
+      // `[…], }` is not JSON, but `{` + ` }` would be.
+      if (bytes[skipWhitespace(bytes, next + 1)] === CLOSE_BRACE) return null;
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse("{" + bytes.toString("utf8", next + 1));
+      } catch {
+        return null;
+      }
+      fields = Object.entries(parsed as Record<string, unknown>);
+    } else return null;
+    if (n > this.tail.length) this.tail = Buffer.allocUnsafe(Math.max(n, 2 * this.tail.length));
+    bytes.copy(this.tail, 0, close);
+    this.tailLength = n;
+    this.tailFields = fields;
+    return fields;
   }
 
   /** Keeps `bytes` up to `next.end`; the first `same` bytes are already kept. */
@@ -110,6 +161,15 @@ export class GrowingBodyParser {
     bytes.copy(this.kept, same, same, next.end);
     this.previous = next;
   }
+}
+
+/**
+ * Sets `key` as JSON.parse does: an own data property, in place when it is already
+ * there (a key twice keeps its first position and its last value), and
+ * "__proto__" as a plain key rather than the prototype.
+ */
+function defineField(target: Record<string, unknown>, key: string, value: unknown): void {
+  Object.defineProperty(target, key, { value, writable: true, enumerable: true, configurable: true });
 }
 
 function arrayOf(value: unknown, key: string): unknown[] | null {

@@ -12,19 +12,23 @@ import type { ChatMessage, ChatRequest, ReplyStop, ToolCall, ToolChoice, ToolSpe
 import { InvalidRequestError } from "./errors.ts";
 import { SseWriter } from "./sse.ts";
 import type { ReplyEvent, Usage } from "./turn-runner.ts";
-import { arr, obj, optBool, optInt, optNum, optStr, str, toolName, toolSchema, type Json } from "./validate.ts";
+import { arr, obj, optBool, optInt, optNum, optStr, ParsedValues, str, toolName, toolSchema, type Json } from "./validate.ts";
 
 export interface OpenAIChatCall {
   req: ChatRequest;
   includeUsage: boolean;
 }
 
+const parsedMessages = new ParsedValues<ChatMessage>();
+const parsedTools = new ParsedValues<ToolSpec[]>();
+
 export function parseChatCompletions(body: unknown): OpenAIChatCall {
   const b = obj(body, "body");
   const model = str(b["model"], "model");
-  const messages = arr(b["messages"], "messages").map((m, i) => parseMessage(m, `messages[${i}]`));
+  const messages = arr(b["messages"], "messages").map((m, i) => parsedMessages.get(m, (raw) => parseMessage(raw, `messages[${i}]`)));
   if (messages.length === 0) throw new InvalidRequestError("messages: must not be empty", "messages");
-  const tools = b["tools"] === undefined || b["tools"] === null ? [] : arr(b["tools"], "tools").map((t, i) => parseTool(t, `tools[${i}]`));
+  const tools =
+    b["tools"] === undefined || b["tools"] === null ? [] : parsedTools.get(b["tools"], (raw) => arr(raw, "tools").map((t, i) => parseTool(t, `tools[${i}]`)));
   const n = optInt(b["n"], "n", 1);
   if (n !== undefined && n !== 1) throw new InvalidRequestError("n: only n = 1 is supported", "n");
   const so = b["stream_options"] === undefined || b["stream_options"] === null ? {} : obj(b["stream_options"], "stream_options");

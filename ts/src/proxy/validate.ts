@@ -3,6 +3,28 @@ import { InvalidRequestError } from "./errors.ts";
 
 export type Json = Record<string, unknown>;
 
+/**
+ * Results of parsing a request body's values, remembered per value object. A
+ * session's bodies repeat their history and tool list, and the body parser hands
+ * those back as the same objects (growing-body.ts), so each message and tool list
+ * is checked and converted once, and later calls get the same neutral objects
+ * (their comparison with the recorded history is then an identity check). A value
+ * that fails is not remembered: it fails the same way every time.
+ */
+export class ParsedValues<T> {
+  private readonly byValue = new WeakMap<object, T>();
+
+  get(raw: unknown, parse: (raw: unknown) => T): T {
+    if (typeof raw !== "object" || raw === null) return parse(raw);
+    let parsed = this.byValue.get(raw);
+    if (parsed === undefined) {
+      parsed = parse(raw);
+      this.byValue.set(raw, parsed);
+    }
+    return parsed;
+  }
+}
+
 export function obj(v: unknown, path: string): Json {
   if (!v || typeof v !== "object" || Array.isArray(v)) throw new InvalidRequestError(`${path}: expected an object`, path);
   return v as Json;

@@ -304,6 +304,7 @@ function sameMessages(a: ChatMessage[], b: ChatMessage[], n: number): boolean {
 
 /** Identity first (cheap: the usual case is an untouched echo), then the re-serialization-tolerant fingerprint. */
 export function sameMessage(a: ChatMessage, b: ChatMessage): boolean {
+  if (a === b) return true;
   if (a.role !== b.role) return false;
   if (a.content === b.content && a.tool_call_id === b.tool_call_id && sameCallsExactly(a, b)) return true;
   return messageFingerprint(a) === messageFingerprint(b);
