@@ -64,7 +64,12 @@ def test_logprobs_and_gradients_equal_the_flat_packing(byte_model_dir: Path) -> 
     torch.testing.assert_close(shared_lp, flat_lp, rtol=0, atol=1e-5)
     assert flat_grads.keys() == shared_grads.keys()
     for name in flat_grads:
-        torch.testing.assert_close(shared_grads[name], flat_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+        # The two packings sum the same float32 terms in other orders; a tensor's rounding error
+        # grows with its largest entries (the embedding's reach ~5 here, and AVX-512 kernels
+        # reorder its index_add: one of 33k entries then differed by 3.3e-6), so the absolute
+        # slack scales with them.
+        scale = max(1.0, flat_grads[name].abs().max().item())
+        torch.testing.assert_close(shared_grads[name], flat_grads[name], rtol=1e-4, atol=1e-6 * scale, msg=name)
 
 
 def test_a_tail_layout_the_model_cannot_honour_is_refused_with_the_reason(byte_model_dir: Path) -> None:
