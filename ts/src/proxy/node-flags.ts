@@ -7,25 +7,25 @@
  * engine samples (hundreds of ms). Node 20's defaults collect such a heap
  * badly in both generations:
  *
- * --max-semi-space-size=32: a young generation of up to 2 x 32 MB instead of
- *   2 x 16 MB, so a scavenge does not find most calls in flight still alive
- *   and promote their state (which then needs full collections to free).
- *   64 MB did that too, but then V8 starts incremental marking whenever the
- *   old generation's headroom is below the young generation's size, which in
- *   the benchmark meant a full collection every second or two.
- * --min-semi-space-size=32: and never less. V8 shrinks an idle process's young
- *   generation, and a rollout worker idles (between batches, while the trainer
- *   updates); the next calls then ran on a small young generation, scavenged
- *   several times as often, until it had grown again. In the full benchmark,
- *   where the proxy idles while LiteLLM's runs go, 38 pauses per paced run
- *   became 16, as in a run with no idle time.
+ * --max-semi-space-size=16 --min-semi-space-size=16: a young generation of
+ *   2 x 16 MB from the start and always. V8 starts it at 1 MB and grows it,
+ *   and shrinks it again when the process idles (a rollout worker does, between
+ *   batches); every call then ran on a small young generation, scavenged several
+ *   times as often (in the full benchmark, where the proxy idles while LiteLLM
+ *   is measured, 38 pauses per paced run instead of 16, pinned at 32 MB). 16 rather than 32: a
+ *   scavenge's pause grows with the young generation (what it copies is mostly
+ *   what accumulated since the last one), and as often as pauses come they hold
+ *   up calls in flight; five alternating pairs of paced runs, 32 vs 16: scavenge
+ *   7.5-8.6 vs 4.9-5.8 ms, in-hop p99 4.35-5.11 vs 4.02-4.54 ms. (64 MB made V8
+ *   start incremental marking whenever the old generation's headroom was below
+ *   the young generation's size: a full collection every second or two.)
  * --initial-old-space-size=256: the old generation's first collection limit.
  *   V8 starts at a few MB and grows it collection by collection; the proxy
  *   reaches ~60 MB live within seconds, and every step of the way was a full
  *   collection of 10-30 ms.
  *
- * Paced proxy benchmark, six alternating runs per setting: full collections
- * 4-7 -> 2 per run, longest pause 9-30 -> 8-10 ms, GC time per request
- * 0.06-0.12 -> 0.06 ms, in-hop p99 5.5-5.6 -> 3.6-4.1 ms (docs/benchmarks.md).
+ *   With it (and a 32 MB young generation instead of 64), six alternating paced
+ *   runs per setting: full collections 4-7 -> 2 per run, longest pause 9-30 ->
+ *   8-10 ms, in-hop p99 5.5-5.6 -> 3.6-4.1 ms (docs/benchmarks.md, 2026-12-01).
  */
-export const PROXY_NODE_FLAGS: readonly string[] = ["--max-semi-space-size=32", "--min-semi-space-size=32", "--initial-old-space-size=256"];
+export const PROXY_NODE_FLAGS: readonly string[] = ["--max-semi-space-size=16", "--min-semi-space-size=16", "--initial-old-space-size=256"];
