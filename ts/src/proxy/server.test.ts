@@ -61,4 +61,33 @@ describe("proxy server", () => {
     expect((await ask(b, "again")).status).toBe(200);
     expect(proxy.closeSession("b").turns).toHaveLength(2);
   });
+
+  it("puts a body that arrives in many pieces together, for two sessions at once", async () => {
+    proxy = await startProxy(scriptedEngine(qwen3(), (call) => ({ text: `reply ${call.index}` })));
+    const [a, b] = [proxy.createSession("big-a"), proxy.createSession("big-b")];
+    // A few hundred KB each, written in small pieces with pauses, interleaved between the two sessions.
+    const content = (tag: string) => `${tag} ` + "lorem ipsum dolor ".repeat(20_000);
+    const send = (s: typeof a, tag: string) =>
+      new Promise<{ status: number; text: string }>((resolve, reject) => {
+        const body = Buffer.from(JSON.stringify({ model: MODEL_NAME, messages: [{ role: "user", content: content(tag) }] }));
+        const url = new URL(`${s.baseUrl}/v1/chat/completions`);
+        const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: "POST", headers: { authorization: `Bearer ${s.secret}`, "content-length": body.length } }, (res) => {
+          let text = "";
+          res.on("data", (d) => (text += d)).on("end", () => resolve({ status: res.statusCode ?? 0, text }));
+        });
+        req.once("error", reject);
+        let at = 0;
+        const next = () => {
+          if (at >= body.length) return void req.end();
+          req.write(body.subarray(at, (at += 7_000)));
+          setTimeout(next, 1);
+        };
+        next();
+      });
+    const [ra, rb] = await Promise.all([send(a, "first"), send(b, "second")]);
+    expect([ra.status, rb.status]).toEqual([200, 200]);
+    const decoded = (id: string) => qwen3().tokenizer.decode(proxy!.closeSession(id).turns[0]!.prompt_ids);
+    expect(decoded("big-a")).toBe(`<|im_start|>user\n${content("first")}<|im_end|>\n<|im_start|>assistant\n`);
+    expect(decoded("big-b")).toBe(`<|im_start|>user\n${content("second")}<|im_end|>\n<|im_start|>assistant\n`);
+  });
 });
