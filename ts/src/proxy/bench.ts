@@ -33,7 +33,8 @@
  *   in the hop  for the proxy, wall time inside its request handler minus the
  *               time spent waiting on the engine; for nginx,
  *               $request_time - $upstream_response_time (1 ms resolution);
- *   cpu         proxy process CPU (user + system) and GC pause time per request.
+ *   cpu         proxy process CPU (user + system) and GC pause time per request;
+ *   phases      of the proxy's hop: reading the body, and parsing and planning it.
  * The last line's overhead_p50_ms / overhead_p99_ms are the END-TO-END added
  * latency of the PACED workload (`"measure"` says so); vs_passthrough_p50 is
  * that p50 over nginx's end-to-end added p50 (a floor under 1 ms counts as
@@ -131,6 +132,9 @@ function turnsPerSession(): number {
 interface ProxyStats {
   /** Per measured request: wall time inside the proxy minus the engine's share (ms). */
   added: number[];
+  /** Per measured request: reading the body, and parsing and planning it (RequestEnd). */
+  body_ms: number[];
+  plan_ms: number[];
   /** Proxy process CPU (user + system) over the measured run, per request. */
   cpu_ms_per_request: number;
   /** Of which in the kernel (socket reads and writes). */
@@ -263,6 +267,8 @@ async function proxyRole(enginePort: number, engineKind: string, statsOut: strin
   // The engine's share of a request: the time its stream kept the proxy waiting (keyed by session; one call in flight per session).
   const engine = timedEngine(inner, (requestId, ms) => engineMs.set(requestId.slice(0, requestId.lastIndexOf("/turn-")), ms));
   const added: number[] = [];
+  const bodyMs: number[] = [];
+  const planMs: number[] = [];
   // CPU time and GC pauses of the proxy process while the driver runs a measured
   // proxy run (it says "measure" and "pause" on stdin): between those runs the
   // process idles while other paths are measured, and V8 collects then too.
@@ -301,7 +307,11 @@ async function proxyRole(enginePort: number, engineKind: string, statsOut: strin
     engine,
     servedModels: ["bench"],
     onRequestEnd: (e) => {
-      if (measuring) added.push(e.duration_ms - (engineMs.get(e.session_id ?? "") ?? 0));
+      if (measuring) {
+        added.push(e.duration_ms - (engineMs.get(e.session_id ?? "") ?? 0));
+        bodyMs.push(e.body_ms);
+        planMs.push(e.plan_ms);
+      }
       // A rollout worker closes a session when its agent is done and ships the records;
       // sessions left open would pile up histories and segments the real proxy does not keep.
       const id = e.session_id;
@@ -318,6 +328,8 @@ async function proxyRole(enginePort: number, engineKind: string, statsOut: strin
     const measured = added.length;
     const stats: ProxyStats = {
       added,
+      body_ms: bodyMs,
+      plan_ms: planMs,
       cpu_ms_per_request: Number(((cpu.user + cpu.system) / 1000 / measured).toFixed(3)),
       cpu_system_ms_per_request: Number((cpu.system / 1000 / measured).toFixed(3)),
       gc_ms_per_request: Number((gcMs / measured).toFixed(3)),
@@ -452,6 +464,8 @@ interface WorkloadResult {
   proxy_cpu_system_ms_per_request: number | null;
   proxy_gc_ms_per_request: number | null;
   proxy_gc_max_ms: number | null;
+  /** p50 and p99 of two phases inside the hop: reading the body, and parsing and planning it. */
+  proxy_phases_ms: { body_read: [number, number]; plan: [number, number] } | null;
 }
 
 const round = (x: number | null) => (x === null ? null : Number(x.toFixed(3)));
@@ -518,6 +532,8 @@ async function workload(label: string, decodeMs: number, toolMs: number, engineK
     for (const p of procs) p.kill();
   }
   for (const [name, xs] of Object.entries(hop)) console.log(`${name.padEnd(12)} inside the hop p50=${pct(xs, 50).toFixed(2)}ms p99=${pct(xs, 99).toFixed(2)}ms`);
+  if (proxyStats)
+    console.log(`proxy        of which reading the body p50=${pct(proxyStats.body_ms, 50).toFixed(2)}ms p99=${pct(proxyStats.body_ms, 99).toFixed(2)}ms, parsing and planning p50=${pct(proxyStats.plan_ms, 50).toFixed(2)}ms p99=${pct(proxyStats.plan_ms, 99).toFixed(2)}ms`);
   const q = (xs: number[] | undefined, p: number) => (xs && xs.length ? pct(xs, p) : null);
   const e2eAdded = (name: string, p: number) => (e2e[name] && e2e["direct"] ? q(e2e[name], p)! - q(e2e["direct"], p)! : null);
   const paths = ["proxy", "passthrough", "litellm"];
@@ -534,6 +550,9 @@ async function workload(label: string, decodeMs: number, toolMs: number, engineK
     proxy_cpu_system_ms_per_request: proxyStats?.cpu_system_ms_per_request ?? null,
     proxy_gc_ms_per_request: proxyStats?.gc_ms_per_request ?? null,
     proxy_gc_max_ms: proxyStats?.gc_max_ms ?? null,
+    proxy_phases_ms: proxyStats
+      ? { body_read: [round(pct(proxyStats.body_ms, 50))!, round(pct(proxyStats.body_ms, 99))!], plan: [round(pct(proxyStats.plan_ms, 50))!, round(pct(proxyStats.plan_ms, 99))!] }
+      : null,
   };
   console.log(`${label.padEnd(12)} end-to-end added p50/p99: ${paths.map((n) => `${n} ${result.e2e_added_p50_ms[n]}/${result.e2e_added_p99_ms[n]} ms`).join(", ")}`);
   return result;

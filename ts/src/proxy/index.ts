@@ -1,5 +1,5 @@
 /** The in-process LLM proxy: public surface. */
-export { ProxyServer, type ListenOn, type ProxyServerConfig, type ProxySession } from "./server.ts";
+export { ProxyServer, type ListenOn, type ProxyServerConfig, type ProxySession, type RequestEnd } from "./server.ts";
 export { loadProxyModel, type ProxyModel, type ProxyModelOptions } from "./model.ts";
 export { SessionCapture, type AuditEntry, type AuditReason, type SessionRecords, type TurnListener } from "./capture/session-capture.ts";
 export { ChatTemplate, TemplateError } from "./chat-template.ts";

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import type { ProxyServer } from "./server.ts";
+import type { ProxyServer, RequestEnd } from "./server.ts";
 import { MODEL_NAME, qwen3, scriptedEngine, startProxy } from "./test-support.ts";
 
 let proxy: ProxyServer | null = null;
@@ -89,5 +89,22 @@ describe("proxy server", () => {
     const decoded = (id: string) => qwen3().tokenizer.decode(proxy!.closeSession(id).turns[0]!.prompt_ids);
     expect(decoded("big-a")).toBe(`<|im_start|>user\n${content("first")}<|im_end|>\n<|im_start|>assistant\n`);
     expect(decoded("big-b")).toBe(`<|im_start|>user\n${content("second")}<|im_end|>\n<|im_start|>assistant\n`);
+  });
+
+  it("tells how long each request spent reading its body and planning its prompt", async () => {
+    const ended: RequestEnd[] = [];
+    proxy = await startProxy(scriptedEngine(qwen3(), [{ text: "timed" }]), { onRequestEnd: (e) => ended.push(e) });
+    const s = proxy.createSession("t");
+    const call = (secret: string) =>
+      fetch(`${s.baseUrl}/v1/chat/completions`, { method: "POST", headers: { authorization: `Bearer ${secret}` }, body: JSON.stringify({ model: MODEL_NAME, messages: [{ role: "user", content: "time me" }] }) });
+    expect((await call(s.secret)).status).toBe(200);
+    expect((await call("wrong")).status).toBe(401);
+    await new Promise((r) => setImmediate(r));
+    const [ok, refused] = ended;
+    expect(ok).toMatchObject({ session_id: "t", path: "/v1/chat/completions", status: 200 });
+    expect(ok!.plan_ms).toBeGreaterThan(0);
+    expect(ok!.body_ms).toBeGreaterThanOrEqual(0);
+    expect(ok!.duration_ms).toBeGreaterThanOrEqual(ok!.body_ms + ok!.plan_ms);
+    expect(refused).toMatchObject({ status: 401, body_ms: 0, plan_ms: 0 });
   });
 });

@@ -32,12 +32,23 @@ export interface ProxyServerConfig {
   maxBodyBytes?: number;
   /** Completion length when the request sets none, and its upper bound (default 8192). */
   maxTokens?: number;
-  /** Told when each request's response ends: wall time inside the proxy, engine time included. */
-  onRequestEnd?: (e: { session_id: string | null; path: string; status: number; duration_ms: number }) => void;
+  /** Told when each request's response ends: wall time inside the proxy, engine time included, and two of its phases. */
+  onRequestEnd?: (e: RequestEnd) => void;
   /** Told about every turn as it ends, in every session. */
   onTurn?: TurnListener;
   /** Unix epoch milliseconds; injectable so tests can assert exact bytes. */
   now?: () => number;
+}
+
+export interface RequestEnd {
+  session_id: string | null;
+  path: string;
+  status: number;
+  duration_ms: number;
+  /** From the request's headers to its body's last byte (0 when it had none). */
+  body_ms: number;
+  /** Parsing, checking and planning the prompt: template, tokenizer, capture (0 when it did not get that far). */
+  plan_ms: number;
 }
 
 export type ListenOn = { host?: string; port?: number } | { socketPath: string };
@@ -126,9 +137,10 @@ export class ProxyServer {
     const m = SESSION_PATH.exec(url.pathname);
     const path = m ? (m[2] ?? "/") : url.pathname;
     const onEnd = this.config.onRequestEnd;
+    const phases = { body_ms: 0, plan_ms: 0 };
     if (onEnd) {
       const t0 = performance.now();
-      res.once("close", () => onEnd({ session_id: m?.[1] ?? null, path, status: res.statusCode, duration_ms: performance.now() - t0 }));
+      res.once("close", () => onEnd({ session_id: m?.[1] ?? null, path, status: res.statusCode, duration_ms: performance.now() - t0, ...phases }));
     }
     const flavor: ApiFlavor = path.startsWith("/v1/messages") ? "anthropic" : "openai";
     try {
@@ -140,24 +152,30 @@ export class ProxyServer {
       const session = m ? this.sessions.get(m[1]!) : undefined;
       if (!session) throw new AuthenticationError("unknown session: use the base URL the rollout worker issued");
       if (!authorized(req, session.secret)) throw new AuthenticationError(`invalid secret for session ${session.id}`);
-      await this.route(req, res, session, path, flavor);
+      await this.route(req, res, session, path, flavor, phases);
     } catch (e) {
       this.sendError(req, res, flavor, e);
     }
   }
 
-  private async route(req: IncomingMessage, res: ServerResponse, session: LiveSession, path: string, flavor: ApiFlavor): Promise<void> {
+  private async route(req: IncomingMessage, res: ServerResponse, session: LiveSession, path: string, flavor: ApiFlavor, phases: { body_ms: number; plan_ms: number }): Promise<void> {
     const route = `${req.method} ${path}`;
     if (route === "GET /v1/models") return this.listModels(req, res);
     if (req.method !== "POST" || !["/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses"].includes(path))
       throw new NotFoundError(`no route ${route}`, "route");
-    const body = parseBody(session, path, await readBody(req, this.maxBodyBytes));
+    const t0 = performance.now();
+    const raw = await readBody(req, this.maxBodyBytes);
+    const t1 = performance.now();
+    phases.body_ms = t1 - t0;
+    const planned = () => (phases.plan_ms = performance.now() - t1);
+    const body = parseBody(session, path, raw);
     const n = session.requests++;
     const signal = abortOnDisconnect(res);
     if (path === "/v1/messages/count_tokens") {
       const chat = this.checkModel(parseMessagesRequest(body, true));
       const { template, tokenizer } = this.config.model.codec;
       const count = tokenizer.encode(template.render(chat.messages, chat.tools, { addGenerationPrompt: true })).length;
+      planned();
       return sendJson(res, 200, { input_tokens: count });
     }
     if (path === "/v1/chat/completions") {
@@ -165,6 +183,7 @@ export class ProxyServer {
       this.checkModel(chat);
       const meta = { id: `chatcmpl-${session.id}-${n}`, created: Math.floor(this.now() / 1000), model: chat.model };
       const events = runTurn(this.runner, session.capture, chat, "call_", signal);
+      planned();
       if (!chat.stream) return writeChatCompletion(events, res, meta);
       return this.stream(res, flavor, events, (ev, sse) => streamChatCompletion(ev, sse, meta, includeUsage));
     }
@@ -172,12 +191,14 @@ export class ProxyServer {
       const chat = this.checkModel(parseMessagesRequest(body));
       const meta = { id: `msg_${session.id}_${n}`, model: chat.model };
       const events = runTurn(this.runner, session.capture, chat, "toolu_", signal);
+      planned();
       if (!chat.stream) return writeMessage(events, res, meta);
       return this.stream(res, flavor, events, (ev, sse, first) => streamMessage(ev, sse, meta, first.promptTokens));
     }
     const chat = this.checkModel(parseResponsesRequest(body));
     const meta = { id: `resp_${session.id}_${n}`, created: Math.floor(this.now() / 1000), model: chat.model };
     const events = runTurn(this.runner, session.capture, chat, "call_", signal);
+    planned();
     if (!chat.stream) return writeResponse(events, res, meta);
     return this.stream(res, flavor, events, (ev, sse) => streamResponse(ev, sse, meta));
   }
