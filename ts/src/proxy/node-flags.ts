@@ -27,5 +27,14 @@
  *   With it (and a 32 MB young generation instead of 64), six alternating paced
  *   runs per setting: full collections 4-7 -> 2 per run, longest pause 9-30 ->
  *   8-10 ms, in-hop p99 5.5-5.6 -> 3.6-4.1 ms (docs/benchmarks.md, 2026-12-01).
+ * --no-concurrent-marking: a full collection marks in small steps on the main
+ *   thread as it allocates, instead of on helper threads. Where cores are few
+ *   and busy (the proxy shares them with the harnesses it serves) the helpers
+ *   got little CPU, and the marking they had not done was finished inside the
+ *   collection's final pause: 16 ms of a 26 ms pause in one trace
+ *   (--trace-gc-nvp). Seven alternating pairs of paced runs on 2 cores: longest
+ *   pause 14-39 -> 7-19 ms, end-to-end added p99 1.2-7.4 -> 0.1-2.2 ms, p50,
+ *   in-hop times and CPU per call unchanged (docs/benchmarks.md, 2026-12-02).
+ *   V8 refuses it in NODE_OPTIONS, so only the command line can set it.
  */
-export const PROXY_NODE_FLAGS: readonly string[] = ["--max-semi-space-size=16", "--min-semi-space-size=16", "--initial-old-space-size=256"];
+export const PROXY_NODE_FLAGS: readonly string[] = ["--max-semi-space-size=16", "--min-semi-space-size=16", "--initial-old-space-size=256", "--no-concurrent-marking"];
