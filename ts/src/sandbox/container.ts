@@ -89,6 +89,11 @@ export function containerCreateOptions(spec: SandboxSpec): Docker.ContainerCreat
       Init: true,
       NetworkMode: "none",
       CapDrop: task ? ["ALL"] : [],
+      // The grading runner runs as root to stay out of the verifier's reach (a
+      // uid the code under test cannot signal); it needs to start the verifier
+      // as the agent and kill all of the agent's processes afterwards. Processes
+      // of any other uid hold none of these (no-new-privileges, no file caps).
+      CapAdd: task && spec.stage === "grading" ? ["KILL", "SETUID", "SETGID"] : [],
       SecurityOpt: task ? ["no-new-privileges"] : [],
       PidsLimit: limits.pids,
       Memory: limits.memoryBytes,

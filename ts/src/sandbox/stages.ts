@@ -192,12 +192,14 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
     await lockProtectedFiles(grading, pristine, protectedPaths);
     const verdict = await runGrader(grading, req.task);
     timingsMs.grading = performance.now() - t;
-    if (verdict.spoofed) flags.add("grader_spoofing");
+    for (const f of verdict.flags) flags.add(f);
     if (verdict.timedOut) {
       flags.add("timeout");
       return out({ status: "timeout", reward: 0, log: verdict.log.slice(-4000) });
     }
-    return out({ status: "ok", reward: verdict.reward, log: verdict.log.slice(-4000) });
+    // What the runner refused goes first: it is why a tampering rollout scored 0.
+    const refused = verdict.violations.map((v) => `grader: ${v}\n`).join("");
+    return out({ status: "ok", reward: verdict.reward, log: refused + verdict.log.slice(-4000) });
   } catch (e) {
     if (e instanceof AgentLimitError) return out({ status: "agent_error", reward: 0, log: e.message });
     if (!(e instanceof SandboxEnvError)) throw e;

@@ -1,27 +1,18 @@
 /**
- * Domain names shared by the sandbox modules. The trajectory `status` and
- * `defense_flags` strings match the cross-language record in `schemas/`
- * (status ∈ ok | agent_error | timeout | env_error; flags are plain strings).
+ * Domain names shared by the sandbox modules. Outcome statuses and defense
+ * flags are the schema's vocabulary (schemas/records.toml: TrajectoryStatus,
+ * DefenseFlag), never re-typed here; docs/sandbox.md says what raises each flag.
  */
+import type { DefenseFlag, TrajectoryStatus } from "../schema/index.ts";
+
+export type { DefenseFlag } from "../schema/index.ts";
+export { DEFENSE_FLAG_VALUES } from "../schema/index.ts";
 
 /** A rollout runs three stages, each in its own container. */
 export type SandboxStage = "setup" | "agent" | "grading";
 
 /** Outcome kinds, exactly the trajectory `status` strings of the schema. */
-export type OutcomeStatus = "ok" | "agent_error" | "timeout" | "env_error";
-
-/**
- * A defense that fired. The first five are the names the schema documents;
- * the rest are ours and listed in docs/sandbox.md.
- */
-export type DefenseFlag =
-  | "tampered_test_path" // agent changed a protected path (tests, conftest, sitecustomize, .pth, CI)
-  | "network_attempt" // agent stage sent a packet to anything but loopback
-  | "git_history_probe" // agent ran git commands that hunt history (log --all, reflog, fsck …)
-  | "grader_spoofing" // agent wrote the verifier reward file or printed a fake verdict
-  | "timeout" // a stage ran past its limit
-  | "write_outside_workspace" // agent stage changed files outside /workspace and /tmp
-  | "resource_limit"; // agent stage hit the memory or pids limit (OOM kill, fork refused)
+export type OutcomeStatus = TrajectoryStatus;
 
 /** Why the environment (not the agent) failed; the rollout is retried, never trained on. */
 export type EnvErrorKind =

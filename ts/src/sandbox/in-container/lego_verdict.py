@@ -1,53 +1,193 @@
 """pytest plugin the grading runner injects (PYTEST_ADDOPTS=-p lego_verdict).
 
-Copied root-owned into the grading container's system site-packages. It
-reports pytest's own view of the session to the runner over a pipe the runner
-opened, so an exit status of 0 alone is not a pass: a verifier whose process
-the code under test ends early (os._exit(0) at import) never sends `finish`.
-Each record carries a token the runner handed over on a second pipe, read here
-at plugin import, before pytest imports any conftest or test module.
+Copied root-owned into the grading container's system site-packages, it is
+imported at `-p` time, before any conftest, test module or code under test.
+What it does then cannot be undone by code imported later:
+
+  1. reads this session's token from the runner's token pipe and closes the
+     pipe; the token and the report fd live only in closures (no module
+     global, and the module leaves sys.modules once pytest has registered it);
+  2. reports pytest's own view of the session to the runner over the report
+     pipe: start, the collected node ids, every phase of every test, finish.
+     Records are numbered; after `finish` the pipe is closed. The runner
+     rejects records out of order, duplicated, for tests never collected, or
+     after the finish, so forged records are visible (see grader_runner.py);
+  3. keeps the standard library ahead of everything else on sys.path at every
+     import (an audit hook on the "import" event), so a workspace file named
+     like a stdlib module is never imported in its place, however pytest's
+     rootdir, `pythonpath` or import mode arranged sys.path;
+  4. watches for tampering with the reporter: functions and classes of pytest
+     and pluggy rebound after this import (checked at every test's call phase
+     and at the finish), a function's code swapped, a signal sent to the
+     runner. Any of these sends a `tamper` record at once: a record already in
+     the pipe cannot be taken back.
+Code under test runs in this process and can in principle defeat all of it
+(docs/sandbox.md, "What remains possible"); the aim is that no short or
+accidental path works and that the long ones leave a trace.
 """
-import json
-import os
-
-_fd = None
-_token = ""
-TOKEN_LEN = 33  # 32 hex characters and a newline
 
 
-def _open() -> None:
-    global _fd, _token
-    raw = os.environ.pop("LEGO_VERDICT_FDS", None)
+def _install():
+    import json
+    import os
+    import sys
+    import sysconfig
+
+    raw = os.environ.pop("LEGO_VERDICT", None)
     if raw is None:
-        return
-    wfd, rfd = (int(x) for x in raw.split(","))
+        return None
+    cfg = json.loads(raw)
+    wfd, rfd = cfg["fds"]
+    runner_pid = int(cfg["runner_pid"])
     try:
-        _token = os.read(rfd, TOKEN_LEN).decode().strip()
-        _fd = wfd
-        # Processes the tests start must not inherit the report channel.
+        token = os.read(rfd, 33).decode().strip()
+        os.close(rfd)
         os.set_inheritable(wfd, False)
     except OSError:
-        _fd = None
+        return None
+    state = {"seq": 0, "open": True, "tampered": False}
+    write = os.write  # bound now: code under test rebinding os.write does not reach us
+
+    def send(record):
+        if not state["open"]:
+            return
+        record["t"] = token
+        record["seq"] = state["seq"]
+        state["seq"] += 1
+        try:
+            write(wfd, (json.dumps(record) + "\n").encode())
+        except OSError:
+            state["open"] = False
+
+    def tamper(what):
+        if not state["tampered"]:
+            state["tampered"] = True
+            send({"event": "tamper", "what": what})
+
+    def close():
+        state["open"] = False
+        try:
+            os.close(wfd)
+        except OSError:
+            pass
+
+    # ── integrity of the reporting path: every callable of pytest and pluggy, by identity
+    watched = ("pytest", "_pytest", "pluggy", __name__)
+
+    def is_watched(modname):
+        return isinstance(modname, str) and (modname in watched or modname.split(".", 1)[0] in watched)
+
+    snapshot = []
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not is_watched(name) or name == __name__:
+            continue
+        d = vars(mod)
+        for key, value in list(d.items()):
+            if callable(value):
+                snapshot.append((d, key, value, f"{name}.{key}"))
+            if isinstance(value, type) and is_watched(getattr(value, "__module__", None)):
+                cd = vars(value)
+                for ckey, cvalue in list(cd.items()):
+                    if callable(cvalue) or isinstance(cvalue, (staticmethod, classmethod, property)):
+                        snapshot.append((cd, ckey, cvalue, f"{name}.{key}.{ckey}"))
+
+    def check_integrity():
+        for d, key, value, where in snapshot:
+            if d.get(key) is not value:
+                tamper(f"{where} was rebound")
+                return
+
+    def accept_own_patches():
+        # pytest patches itself while configuring (legacypath, for one); that is
+        # not tampering. Anything else rebinding its callables by now is: code
+        # under test imported by an initial conftest runs before this point.
+        for i, (d, key, value, where) in enumerate(snapshot):
+            new = d.get(key)
+            if new is value:
+                continue
+            if is_watched(getattr(new, "__module__", None)):
+                snapshot[i] = (d, key, new, where)
+            else:
+                tamper(f"{where} was rebound before the session")
+
+    # ── import hygiene: the standard library first, at every import
+    std = {os.path.realpath(p) for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]) if p}
+    std_dirs = tuple(std)
+
+    known = {}
+
+    def is_std(entry):
+        if not isinstance(entry, str) or not entry:
+            return False
+        hit = known.get(entry)
+        if hit is None:
+            real = os.path.realpath(entry)
+            hit = any(real == s or real.startswith(s + os.sep) for s in std_dirs) or (real.endswith(".zip") and "python3" in real)
+            known[entry] = hit
+        return hit
+
+    def stdlib_first():
+        path = sys.path
+        seen_other = False
+        for entry in path:
+            if is_std(entry):
+                if seen_other:
+                    path[:] = [e for e in path if is_std(e)] + [e for e in path if not is_std(e)]
+                    return
+            else:
+                seen_other = True
+
+    signals = ("os.kill", "os.killpg")
+
+    def audit(event, args):
+        if event == "import":
+            stdlib_first()
+        elif event in signals:
+            pid = args[0]
+            if pid in (runner_pid, -runner_pid, 1, -1):
+                tamper(f"{event}({pid}, {args[1]}) aimed at the grading runner")
+        elif event == "object.__setattr__" and args[1] == "__code__":
+            if is_watched(getattr(args[0], "__module__", None)):
+                tamper(f"code of {getattr(args[0], '__qualname__', '?')} swapped")
+
+    sys.addaudithook(audit)
+    stdlib_first()
+
+    # ── the hooks pytest calls
+    import pytest
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_configure(config):
+        accept_own_patches()
+        sys.modules.pop(__name__, None)
+
+    def pytest_sessionstart(session):
+        send({"event": "start", "pid": os.getpid()})
+
+    def pytest_collection_finish(session):
+        check_integrity()
+        send({"event": "collected", "nodeids": [item.nodeid for item in session.items]})
+
+    def pytest_runtest_logreport(report):
+        if report.when == "call":
+            check_integrity()
+        send({"event": "test", "nodeid": report.nodeid, "when": report.when, "outcome": report.outcome})
+
+    def pytest_sessionfinish(session, exitstatus):
+        check_integrity()
+        send({"event": "finish", "exitstatus": int(exitstatus)})
+        close()
+
+    return {
+        "pytest_configure": pytest_configure,
+        "pytest_sessionstart": pytest_sessionstart,
+        "pytest_collection_finish": pytest_collection_finish,
+        "pytest_runtest_logreport": pytest_runtest_logreport,
+        "pytest_sessionfinish": pytest_sessionfinish,
+    }
 
 
-_open()
-
-
-def _send(record: dict) -> None:
-    if _fd is None or not _token:
-        return
-    record["token"] = _token
-    os.write(_fd, (json.dumps(record) + "\n").encode())
-
-
-def pytest_sessionstart(session) -> None:
-    _send({"event": "start"})
-
-
-def pytest_runtest_logreport(report) -> None:
-    if report.when == "call" or report.outcome != "passed":
-        _send({"event": "test", "nodeid": report.nodeid, "when": report.when, "outcome": report.outcome})
-
-
-def pytest_sessionfinish(session, exitstatus) -> None:
-    _send({"event": "finish", "exitstatus": int(exitstatus)})
+_hooks = _install()
+if _hooks is not None:
+    globals().update(_hooks)
+del _hooks, _install
