@@ -15,6 +15,7 @@ import { SANITIZE_GIT_SCRIPT } from "./git-history.ts";
 import { applyWorkspaceChange, lockProtectedFiles, runGrader } from "./grader.ts";
 import { networkAttempts, resourceCounters } from "./host-probes.ts";
 import { ProtectedPaths } from "./protected-paths.ts";
+import { moduleNamesOf, shadowingFiles } from "./shadowing.ts";
 import { FORWARDER_PORT, ROUTE_SOCKET } from "./proxy-route.ts";
 import type { TaskDefinition } from "./task.ts";
 import { WORKSPACE, type DefenseFlag, type RolloutOutcome, type SandboxLimits, type SandboxStage } from "./types.ts";
@@ -184,6 +185,8 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
     const change = diffWorkspace(pristine, snapshotOf(agentFiles), protectedPaths);
     if (change.tampered.length) flags.add("tampered_test_path");
     if (change.escapingLinks.length) flags.add("write_outside_workspace");
+    const shadows = shadowingFiles(change.write, pristine, change.remove, await moduleNamesOf(req.image, grading));
+    if (shadows.length) flags.add("shadowed_module");
     if (change.tampered.length && cfg.onProtectedChange === "reject") {
       timingsMs.grading = performance.now() - t;
       return out({ status: "agent_error", reward: 0, log: `rejected: changed protected paths ${change.tampered.join(", ")}` });
@@ -198,8 +201,8 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
       return out({ status: "timeout", reward: 0, log: verdict.log.slice(-4000) });
     }
     // What the runner refused goes first: it is why a tampering rollout scored 0.
-    const refused = verdict.violations.map((v) => `grader: ${v}\n`).join("");
-    return out({ status: "ok", reward: verdict.reward, log: refused + verdict.log.slice(-4000) });
+    const refused = [...verdict.violations, ...shadows.map((p) => `${p} shadows an installed or standard module`)].map((v) => `grader: ${v}\n`).join("");
+    return out({ status: "ok", reward: shadows.length ? 0 : verdict.reward, log: refused + verdict.log.slice(-4000) });
   } catch (e) {
     if (e instanceof AgentLimitError) return out({ status: "agent_error", reward: 0, log: e.message });
     if (!(e instanceof SandboxEnvError)) throw e;
