@@ -13,7 +13,7 @@ const base: TaskConfig = {
 };
 const named: TaskConfig = { ...base, failToPass: ["t.py::test_fix"], passToPass: ["t.py::test_old"] };
 const verdict = (over: Partial<RawVerdict> = {}): RawVerdict => ({
-  nonce: "n", exit: 0, timed_out: false, leftover: 0, named: {}, violations: [], log_b64: "",
+  nonce: "n", exit: 0, timed_out: false, leftover: 0, named: {}, violations: [], probes: [], log_b64: "",
   pytest: { sessions: 1, finished: 1, passed: 3, failed: 0, exitOk: true },
   ...over,
 });
@@ -45,6 +45,10 @@ describe("reward from the verdict", () => {
     const allPassed = { "t.py::test_fix": "passed", "t.py::test_old": "passed" } as const;
     expect(decide(named, verdict({ named: allPassed, violations: ["session 0: second call report for 't.py::test_fix'"] }))).toEqual({ reward: 0, flags: ["grader_tampering"] });
     expect(decide(named, verdict({ named: allPassed, leftover: 2 }))).toEqual({ reward: 0, flags: ["resource_limit"] });
+  });
+
+  it("git run by the code under test is flagged for monitoring; the reward is unchanged", () => {
+    expect(decide(base, verdict({ probes: ["git show fix:calc.py"] }))).toEqual({ reward: 1, flags: ["git_history_probe"] });
   });
 
   it("a reward file that disagrees is spoofing without named tests; with them it is not consulted", () => {

@@ -17,7 +17,12 @@ export interface TaskConfig {
   verifierTimeoutSec: number;
   /** Extra protected globs beyond the defaults ([lego] protected_paths). */
   protectedPaths: string[];
-  /** Grading keeps the image's full git history ([lego] needs_git_history). Default true. */
+  /**
+   * The verifier needs the repository's history up to the base commit
+   * ([lego] needs_git_history, default false). Either way nothing beyond the
+   * base (future commits, other branches, tags) is left in the task image;
+   * without it the image keeps one commit of the base tree.
+   */
   needsGitHistory: boolean;
   /**
    * The verifier's pytest reports to the grading runner through the
@@ -134,7 +139,7 @@ export function loadTask(taskDir: string): TaskDefinition {
       : undefined;
   if (!kind) throw new TaskFormatError(dir, "environment", "needs a Dockerfile or a setup.sh");
   need("tests/test.sh");
-  const hist = toml.get("lego.needs_git_history") ?? true;
+  const hist = toml.get("lego.needs_git_history") ?? false;
   const plugin = toml.get("lego.verdict_plugin") ?? true;
   const solve = join(dir, "solution/solve.sh");
   const failToPass = strings(toml, "lego.fail_to_pass", dir);

@@ -60,6 +60,7 @@ class Session:
         self.exitstatus = None
         self.phases = {}  # nodeid -> {when: outcome}
         self.violations = []
+        self.probes = []  # git history probes by the code under test (monitoring)
 
     def violate(self, why: str) -> None:
         if len(self.violations) < 8:
@@ -75,6 +76,9 @@ class Session:
             return
         if ev == "tamper":
             self.violate(f"reporter saw tampering: {rec.get('what')}")
+        elif ev == "probe":
+            if len(self.probes) < 8:
+                self.probes.append(str(rec.get("what"))[:200])
         elif ev == "start":
             if self.started:
                 self.violate("second start")
@@ -144,8 +148,10 @@ def judge(lines: list, tokens: list, named: list) -> dict:
     passed = failed = 0
     exit_ok = True
     merged = {}  # nodeid -> outcomes over sessions
+    probes = []
     for s in sessions.values():
         violations.extend(s.violations)
+        probes.extend(s.probes)
         if s.finished and s.exitstatus != 0:
             exit_ok = False
         for nodeid, outcome in s.outcomes().items():
@@ -166,6 +172,7 @@ def judge(lines: list, tokens: list, named: list) -> dict:
         },
         "named": named_out,
         "violations": violations,
+        "probes": probes,
     }
 
 
@@ -245,7 +252,7 @@ def grade(request: dict) -> None:
         os.write(token_w, "".join(t + "\n" for t in tokens).encode())
         os.close(token_w)
         env["PYTEST_ADDOPTS"] = "-p lego_verdict"
-        env["LEGO_VERDICT"] = json.dumps({"fds": [report_w, token_r], "runner_pid": os.getpid()})
+        env["LEGO_VERDICT"] = json.dumps({"fds": [report_w, token_r], "runner_pid": os.getpid(), "workspace": "/workspace"})
         pass_fds = (report_w, token_r)
     emit({"nonce": nonce, "started": True})
     t0 = time.monotonic()

@@ -30,6 +30,7 @@ accidental path works and that the long ones leave a trace.
 def _install():
     import json
     import os
+    import re
     import sys
     import sysconfig
 
@@ -137,11 +138,46 @@ def _install():
             else:
                 seen_other = True
 
+    # ── history probes by the code under test (monitoring: the image has no future to find)
+    workspace = cfg.get("workspace", "/workspace").rstrip("/") + "/"
+    spawns = ("subprocess.Popen", "os.system", "os.posix_spawn", "os.exec")
+    getframe = sys._getframe
+
+    def from_code_under_test():
+        # The innermost frame in the workspace or in /tests decides: hidden tests,
+        # and protected workspace tests (tests/, test_*.py, conftest.py), may use git.
+        f = getframe(2)
+        while f is not None:
+            name = f.f_code.co_filename
+            if name.startswith("/tests/"):
+                return False
+            if name.startswith(workspace):
+                rel = name[len(workspace):]
+                base = rel.rsplit("/", 1)[-1]
+                testish = base.startswith("test_") or base.endswith("_test.py") or base == "conftest.py"
+                return not (testish or rel.startswith(("tests/", "test/")) or "/tests/" in rel or "/test/" in rel)
+            f = f.f_back
+        return False
+
+    def probe(what):
+        if len(state.setdefault("probes", [])) < 8 and from_code_under_test():
+            state["probes"].append(what)
+            send({"event": "probe", "what": what[:200]})
+
     signals = ("os.kill", "os.killpg")
 
     def audit(event, args):
         if event == "import":
             stdlib_first()
+        elif event == "open":
+            target = args[0]
+            if isinstance(target, str) and "/.git" in target:
+                probe(f"open {target}")
+        elif event in spawns:
+            argv = [args[0]] if event == "os.system" else args[1]
+            cmd = " ".join(a.decode("utf-8", "replace") if isinstance(a, bytes) else str(a) for a in (argv or []))
+            if re.search(r"\bgit\b", cmd):
+                probe(cmd)
         elif event in signals:
             pid = args[0]
             if pid in (runner_pid, -runner_pid, 1, -1):
