@@ -238,11 +238,12 @@ export class Sandbox {
       const info = await this.container.inspect();
       const data = info.GraphDriver?.Data as { UpperDir?: string } | undefined;
       const upper = info.GraphDriver?.Name === "overlay2" ? data?.UpperDir : undefined;
-      if (upper && existsSync(upper)) return walkUpperDir(upper);
+      if (upper && existsSync(upper)) return walkUpperDir(upper, this.context());
       const list = ((await this.container.changes()) ?? []) as Array<{ Path: string; Kind: number }>;
       const kinds = ["modified", "added", "deleted"] as const;
       return list.map((c) => ({ path: c.Path, kind: kinds[c.Kind] ?? "modified" }));
     } catch (e) {
+      if (e instanceof AgentLimitError) throw e;
       throw await this.diedOr(e, "diff container");
     }
   }
@@ -301,20 +302,40 @@ export class Sandbox {
 }
 
 /**
+ * Bounds of the host-side walk of a container's changes. A tree beyond them
+ * (a directory chain thousands deep, whose paths pass PATH_MAX; millions of
+ * entries) is the agent's doing: the rollout ends as `pathological_tree`
+ * instead of failing the scan (ENAMETOOLONG) as an environment error.
+ */
+export const TREE_LIMITS = { depth: 256, pathBytes: 3072, entries: 500_000 } as const;
+
+/**
  * Entries of an overlay upper dir as container paths. A 0/0 character device
  * is overlayfs's whiteout (a deletion); we report any other entry as changed
  * ("modified": telling added from modified would need the lower layers).
  */
-function walkUpperDir(upper: string): Array<{ path: string; kind: "modified" | "deleted" }> {
+export function walkUpperDir(upper: string, ctx: SandboxErrorContext = {}): Array<{ path: string; kind: "modified" | "deleted" }> {
   const out: Array<{ path: string; kind: "modified" | "deleted" }> = [];
-  const walk = (dir: string, rel: string): void => {
-    for (const d of readdirSync(dir, { withFileTypes: true })) {
+  const tooMuch = (why: string) => new AgentLimitError("pathological_tree", `the container's changes are ${why}`, ctx, "pathological_tree");
+  const walk = (dir: string, rel: string, depth: number): void => {
+    if (depth > TREE_LIMITS.depth) throw tooMuch(`nested deeper than ${TREE_LIMITS.depth} levels (at ${rel.slice(0, 200)}…)`);
+    let entries;
+    try {
+      entries = readdirSync(dir, { withFileTypes: true });
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ENAMETOOLONG" || code === "ELOOP") throw tooMuch(`too deep to walk (${code})`);
+      throw e;
+    }
+    for (const d of entries) {
       const path = `${rel}/${d.name}`;
+      if (Buffer.byteLength(path) > TREE_LIMITS.pathBytes) throw tooMuch(`nested past ${TREE_LIMITS.pathBytes}-byte paths (at ${path.slice(0, 200)}…)`);
       if (d.isCharacterDevice() && lstatSync(join(dir, d.name)).rdev === 0) out.push({ path, kind: "deleted" });
       else out.push({ path, kind: "modified" });
-      if (d.isDirectory()) walk(join(dir, d.name), path);
+      if (out.length > TREE_LIMITS.entries) throw tooMuch(`more than ${TREE_LIMITS.entries} entries`);
+      if (d.isDirectory()) walk(join(dir, d.name), path, depth + 1);
     }
   };
-  walk(upper, "");
+  walk(upper, "", 0);
   return out;
 }

@@ -81,20 +81,28 @@ export function writesOutsideWorkspace(changes: Array<{ path: string; kind: stri
  * Stops every process the agent left. Freezing is preferred (it also stops a
  * fork bomb mid-fork); runc's freezer can give up under heavy load ("unable
  * to freeze"), and then SIGKILL to every process of the agent's uid does the
- * same job (PID 1 is root and survives it).
+ * same job (PID 1 is root and survives it). If neither works while the pids
+ * limit is being hit, the agent's processes starved even our exec: that is
+ * the agent's outcome (resource_limit), not the environment's.
  */
 async function quiesce(sb: Sandbox): Promise<void> {
+  const onlyDaemonErrors = (e: unknown): undefined => {
+    if (!(e instanceof SandboxEnvError) || e.kind !== "daemon_error") throw e;
+    return undefined;
+  };
   try {
     await sb.pause();
     return;
   } catch (e) {
-    if (!(e instanceof SandboxEnvError) || e.kind !== "daemon_error") throw e;
+    onlyDaemonErrors(e);
   }
-  const r = await sb.exec(["kill", "-KILL", "-1"], { timeoutMs: 30_000 });
+  const r = await sb.exec(["kill", "-KILL", "-1"], { timeoutMs: 30_000 }).catch(onlyDaemonErrors);
   // kill -1 also kills itself: 137 is its own SIGKILL, i.e. success.
-  if (r.exitCode !== 0 && r.exitCode !== 137) {
-    throw new SandboxEnvError("daemon_error", `could not stop the agent's processes: pause failed and kill exited ${r.exitCode}`, sb.context());
+  if (r && (r.exitCode === 0 || r.exitCode === 137)) return;
+  if (resourceCounters(sb.id).pidsLimitHits > 0) {
+    throw new AgentLimitError("unkillable_processes", "the agent's processes could be neither frozen nor killed while they held the pids limit", sb.context());
   }
+  throw new SandboxEnvError("daemon_error", `could not stop the agent's processes: pause failed and kill ${r ? `exited ${r.exitCode}` : "could not run"}`, sb.context());
 }
 
 /** Pristine /workspace per image. Tags are content hashes, so an entry never goes stale. */
@@ -204,7 +212,10 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
     const refused = [...verdict.violations, ...shadows.map((p) => `${p} shadows an installed or standard module`)].map((v) => `grader: ${v}\n`).join("");
     return out({ status: "ok", reward: shadows.length ? 0 : verdict.reward, log: refused + verdict.log.slice(-4000) });
   } catch (e) {
-    if (e instanceof AgentLimitError) return out({ status: "agent_error", reward: 0, log: e.message });
+    if (e instanceof AgentLimitError) {
+      flags.add(e.flag);
+      return out({ status: "agent_error", reward: 0, log: e.message });
+    }
     if (!(e instanceof SandboxEnvError)) throw e;
     return out({ status: "env_error", reward: null, envError: { kind: e.kind, message: e.message } });
   } finally {
