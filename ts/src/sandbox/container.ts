@@ -6,6 +6,7 @@
 import type Docker from "dockerode";
 import { existsSync, lstatSync, readdirSync } from "node:fs";
 import { join } from "node:path";
+import { armDiskQuota, filesystemFull } from "./disk-quota.ts";
 import { CappedOutput, dockerClient, readAll } from "./docker.ts";
 import { AgentLimitError, SandboxEnvError, daemonError, type SandboxErrorContext } from "./errors.ts";
 import type { Readable } from "node:stream";
@@ -100,7 +101,8 @@ export function containerCreateOptions(spec: SandboxSpec): Docker.ContainerCreat
       MemorySwap: limits.memoryBytes,
       NanoCpus: Math.round(limits.cpus * 1e9),
       Binds: (spec.mounts ?? []).map((m) => `${m.hostPath}:${m.containerPath}:${m.readOnly ? "ro" : "rw"}`),
-      Tmpfs: { "/tmp": "rw,nosuid,nodev,size=128m,mode=1777" },
+      Tmpfs: { "/tmp": `rw,nosuid,nodev,size=${limits.tmpBytes},mode=1777` },
+      ShmSize: limits.shmBytes,
       AutoRemove: false,
     },
   };
@@ -108,6 +110,8 @@ export function containerCreateOptions(spec: SandboxSpec): Docker.ContainerCreat
 
 export class Sandbox {
   private removed = false;
+  /** Host folder of the quota filesystem holding the container's writable layer (none for build containers). */
+  private quotaDir: string | undefined;
 
   private constructor(
     readonly container: Docker.Container,
@@ -132,6 +136,13 @@ export class Sandbox {
       throw daemonError(e, "create container", { rollout: spec.rolloutId, image: spec.image, stage: spec.stage });
     }
     const sb = new Sandbox(container, spec);
+    const diskBytes = (spec.limits ?? DEFAULT_LIMITS).diskBytes;
+    try {
+      if ((spec.profile ?? "task") === "task" && diskBytes > 0) sb.quotaDir = await armDiskQuota(container, diskBytes, sb.context());
+    } catch (e) {
+      await sb.remove().catch(() => {});
+      throw e;
+    }
     try {
       await container.start();
     } catch (e) {
@@ -255,6 +266,29 @@ export class Sandbox {
       return { running: s.Running, oomKilled: s.OOMKilled, pid: s.Pid };
     } catch (e) {
       throw daemonError(e, "inspect container", this.context());
+    }
+  }
+
+  /**
+   * Filesystems the container filled: "/" (its writable layer, past the disk
+   * quota), "/tmp", "/dev/shm". Read from the host, also while paused.
+   */
+  async fullFilesystems(): Promise<string[]> {
+    const { pid, running } = await this.state();
+    const full: string[] = [];
+    if (this.quotaDir && filesystemFull(this.quotaDir)) full.push("/");
+    if (running) for (const m of ["/tmp", "/dev/shm"]) if (filesystemFull(`/proc/${pid}/root${m}`)) full.push(m);
+    return full;
+  }
+
+  /** Whether anything was left in the container's /dev/shm (read from the host, also while paused). */
+  async shmUsed(): Promise<boolean> {
+    const { pid, running } = await this.state();
+    if (!running) return false;
+    try {
+      return readdirSync(`/proc/${pid}/root/dev/shm`).length > 0;
+    } catch {
+      return false; // not root on the host: the detector is silent
     }
   }
 

@@ -165,8 +165,10 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
     const res = resourceCounters(sb.id);
     if (res.pidsLimitHits > 0 || res.oomKills > 0) flags.add("resource_limit");
     if (box.gitProbes().length > 0) flags.add("git_history_probe");
+    const full = running ? await sb.fullFilesystems() : [];
+    if (full.length) flags.add("resource_limit");
     const outside = writesOutsideWorkspace(await sb.changes(), box.mountPoints);
-    if (outside.length) flags.add("write_outside_workspace");
+    if (outside.length || (running && (await sb.shmUsed()))) flags.add("write_outside_workspace");
     if (outside.some((p) => p.startsWith("/logs/verifier"))) flags.add("grader_spoofing");
     timingsMs.agent = performance.now() - t;
     const engineFault = req.engineFault?.();
@@ -181,6 +183,7 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
       throw new SandboxEnvError("container_died", "agent container stopped during the agent stage", sb.context());
     }
     if (run.exitCode !== 0) return out({ status: "agent_error", reward: 0, log: run.stderr.slice(-4000) });
+    if (full.length) return out({ status: "agent_error", reward: 0, log: `the agent filled ${full.join(", ")} (disk quota)` });
     const agentFiles = await sb.getFiles(WORKSPACE, cfg.maxWorkspaceBytes);
     source.discard(box);
     box = undefined;
@@ -204,13 +207,16 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
     const verdict = await runGrader(grading, req.task);
     timingsMs.grading = performance.now() - t;
     for (const f of verdict.flags) flags.add(f);
+    // The code under test filling the disk at grading is the agent's doing too: 0, never an env error.
+    const fullAtGrading = await grading.fullFilesystems();
+    if (fullAtGrading.length) flags.add("resource_limit");
     if (verdict.timedOut) {
       flags.add("timeout");
       return out({ status: "timeout", reward: 0, log: verdict.log.slice(-4000) });
     }
     // What the runner refused goes first: it is why a tampering rollout scored 0.
     const refused = [...verdict.violations, ...shadows.map((p) => `${p} shadows an installed or standard module`)].map((v) => `grader: ${v}\n`).join("");
-    return out({ status: "ok", reward: shadows.length ? 0 : verdict.reward, log: refused + verdict.log.slice(-4000) });
+    return out({ status: "ok", reward: shadows.length || fullAtGrading.length ? 0 : verdict.reward, log: refused + verdict.log.slice(-4000) });
   } catch (e) {
     if (e instanceof AgentLimitError) {
       flags.add(e.flag);

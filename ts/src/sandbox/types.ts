@@ -51,12 +51,25 @@ export interface SandboxLimits {
   memoryBytes: number;
   /** Maximum number of processes/threads in the container (fork bombs stop here). */
   pids: number;
+  /**
+   * Disk quota of the container's writable layer (every write outside /tmp
+   * and /dev/shm: /workspace, /home, /var/tmp …), enforced by the kernel
+   * (disk-quota.ts). 0 turns it off (a host without root or loop devices).
+   */
+  diskBytes: number;
+  /** Size of the /tmp tmpfs (HOME; counted against memoryBytes). */
+  tmpBytes: number;
+  /** Size of the /dev/shm tmpfs (counted against memoryBytes). */
+  shmBytes: number;
 }
 
 export const DEFAULT_LIMITS: SandboxLimits = {
   cpus: 1,
   memoryBytes: 512 * 1024 * 1024,
   pids: 256,
+  diskBytes: 1024 * 1024 * 1024,
+  tmpBytes: 128 * 1024 * 1024,
+  shmBytes: 64 * 1024 * 1024,
 };
 
 /** Labels put on every container and image we own, so the reaper and GC can find them. */
