@@ -26,8 +26,12 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { SandboxEnvError, type SandboxErrorContext } from "./errors.ts";
+import { currentRun } from "./run-identity.ts";
 
 const run = promisify(execFile);
+
+/** Backing files are `<tmpdir>/lego-quota-<runId>-XXXXXX/layer.img` (unlinked once mounted). */
+export const QUOTA_FILE_PREFIX = "lego-quota-";
 
 /** Below this much free space (or with no free inode) a filesystem counts as full. */
 const FULL_BELOW_BYTES = 1 << 20;
@@ -51,7 +55,8 @@ export async function armDiskQuota(container: Docker.Container, bytes: number, c
   const layer = await layerDirOf(container);
   if (!layer || !existsSync(join(layer, "diff"))) throw fail("the container's layer is not an overlay2 folder this process can see");
   const keep = ["link", "lower"].filter((f) => existsSync(join(layer, f))).map((f) => [f, readFileSync(join(layer, f))] as const);
-  const dir = mkdtempSync(join(tmpdir(), "lego-quota-"));
+  // Named by run, so a test can tell its own loop devices from other processes'.
+  const dir = mkdtempSync(join(tmpdir(), `${QUOTA_FILE_PREFIX}${currentRun().runId}-`));
   const image = join(dir, "layer.img");
   try {
     const fd = openSync(image, "w", 0o600);
