@@ -94,6 +94,11 @@ class Session:
         elif ev == "finish":
             self.finished = True
             self.exitstatus = rec.get("exitstatus")
+            unreported = [n for n in (self.collected or ()) if n not in self.phases]
+            # A run cut short (-x, an interrupt) ends non-zero; status 0 with tests
+            # never run means the collection was emptied behind pytest's back.
+            if self.exitstatus == 0 and unreported:
+                self.violate(f"{len(unreported)} collected tests never reported, yet the session finished with status 0")
         else:
             self.violate(f"unknown record {ev!r}")
 
@@ -113,8 +118,8 @@ class Session:
         seen[when] = outcome
 
     def outcomes(self) -> dict:
-        """nodeid -> passed | failed | error | skipped | missing (no call report)."""
-        out = {}
+        """nodeid -> passed | failed | error | skipped | missing (collected, or set up, but no call report)."""
+        out = {nodeid: "missing" for nodeid in (self.collected or ())}
         for nodeid, seen in self.phases.items():
             if seen.get("call") == "failed":
                 out[nodeid] = "failed"
@@ -157,7 +162,8 @@ def judge(lines: list, tokens: list, named: list) -> dict:
         for nodeid, outcome in s.outcomes().items():
             merged.setdefault(nodeid, []).append(outcome)
             passed += outcome == "passed"
-            failed += outcome in ("failed", "error")
+            # A collected test that never reported (dropped after collection, a run cut short) is no pass.
+            failed += outcome in ("failed", "error", "missing")
     named_out = {}
     for nodeid in named:
         got = merged.get(nodeid, [])
@@ -293,4 +299,5 @@ def grade(request: dict) -> None:
     emit(verdict)
 
 
-main()
+if __name__ == "__main__":
+    main()

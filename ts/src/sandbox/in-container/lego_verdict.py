@@ -8,7 +8,8 @@ What it does then cannot be undone by code imported later:
      pipe; the token and the report fd live only in closures (no module
      global, and the module leaves sys.modules once pytest has registered it);
   2. reports pytest's own view of the session to the runner over the report
-     pipe: start, the collected node ids, every phase of every test, finish.
+     pipe: start, the collected node ids, every phase of every test, finish
+     (a collected test that never reports counts as failed).
      Records are numbered; after `finish` the pipe is closed. The runner
      rejects records out of order, duplicated, for tests never collected, or
      after the finish, so forged records are visible (see grader_runner.py);
@@ -18,8 +19,8 @@ What it does then cannot be undone by code imported later:
      rootdir, `pythonpath` or import mode arranged sys.path;
   4. watches for tampering with the reporter: functions and classes of pytest
      and pluggy rebound after this import (checked at every test's call phase
-     and at the finish), a function's code swapped, a signal sent to the
-     runner. Any of these sends a `tamper` record at once: a record already in
+     and at the finish), a plugin or hook implementation other than a
+     conftest's added during the session, a function's code swapped, a signal sent to the runner. Any of these sends a `tamper` record at once: a record already in
      the pipe cannot be taken back.
 Code under test runs in this process and can in principle defeat all of it
 (docs/sandbox.md, "What remains possible"); the aim is that no short or
@@ -111,6 +112,25 @@ def _install():
             else:
                 tamper(f"{where} was rebound before the session")
 
+    # ── hook implementations: none may join during the session but a conftest's
+    def is_conftest(plugin):
+        return isinstance(plugin, type(sys)) and str(getattr(plugin, "__file__", "")).endswith("conftest.py")
+
+    hook_baseline = set()
+    pm_of = {}
+
+    def hook_impls(pm):
+        for caller in list(vars(pm.hook).values()):
+            get = getattr(caller, "get_hookimpls", None)
+            if get is not None:
+                yield from get()
+
+    def check_hooks(pm):
+        for impl in hook_impls(pm):
+            if id(impl) not in hook_baseline and not is_conftest(impl.plugin):
+                tamper(f"hook {impl.function.__qualname__!s:.80} added during the session")
+                return
+
     # ── import hygiene: the standard library first, at every import
     std = {os.path.realpath(p) for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]) if p}
     std_dirs = tuple(std)
@@ -197,26 +217,41 @@ def _install():
         accept_own_patches()
         sys.modules.pop(__name__, None)
 
+    @pytest.hookimpl(trylast=True)  # after the plugins that register helpers at session start (FixtureManager)
     def pytest_sessionstart(session):
+        state["started"] = True
+        pm_of["pm"] = session.config.pluginmanager
+        hook_baseline.update(id(impl) for impl in hook_impls(session.config.pluginmanager))
         send({"event": "start", "pid": os.getpid()})
+
+    def pytest_plugin_registered(plugin, manager):
+        # Once the session runs, only conftest modules (protected files) may join:
+        # anything else registered then is code under test adding hooks (say, one
+        # that drops failing tests from the collection).
+        if state.get("started") and not is_conftest(plugin):
+            tamper(f"plugin {getattr(plugin, '__name__', type(plugin).__name__)!s:.80} registered during the session")
 
     def pytest_collection_finish(session):
         check_integrity()
+        check_hooks(session.config.pluginmanager)
         send({"event": "collected", "nodeids": [item.nodeid for item in session.items]})
 
     def pytest_runtest_logreport(report):
         if report.when == "call":
             check_integrity()
+            check_hooks(pm_of["pm"])
         send({"event": "test", "nodeid": report.nodeid, "when": report.when, "outcome": report.outcome})
 
     def pytest_sessionfinish(session, exitstatus):
         check_integrity()
+        check_hooks(session.config.pluginmanager)
         send({"event": "finish", "exitstatus": int(exitstatus)})
         close()
 
     return {
         "pytest_configure": pytest_configure,
         "pytest_sessionstart": pytest_sessionstart,
+        "pytest_plugin_registered": pytest_plugin_registered,
         "pytest_collection_finish": pytest_collection_finish,
         "pytest_runtest_logreport": pytest_runtest_logreport,
         "pytest_sessionfinish": pytest_sessionfinish,
