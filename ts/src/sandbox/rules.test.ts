@@ -42,6 +42,12 @@ describe("workspace file set", () => {
     expect(d.remove).toEqual(["gone.py"]);
     expect(d.tampered).toEqual(["conftest.py", "tests/test_calc.py"]);
   });
+  it("bytecode never travels: an agent's .pyc (which may run other code than its source) is dropped", () => {
+    const agent = snapshotOf([file("calc.py", "old"), file("tests/test_calc.py", "t"), file("gone.py", "x"),
+      file("__pycache__/calc.cpython-311.pyc", "evil"), file("pkg/helper.pyc", "evil")]);
+    const d = diffWorkspace(pristine, agent, ProtectedPaths.forTask([]));
+    expect(d).toEqual({ write: [], remove: [], tampered: [], escapingLinks: [] });
+  });
   it("deleting a protected file is tampering too; links out of the workspace are dropped", () => {
     const agent = snapshotOf([
       file("calc.py", "old"),

@@ -209,7 +209,8 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
     for (const f of verdict.flags) flags.add(f);
     // The code under test filling the disk at grading is the agent's doing too: 0, never an env error.
     const fullAtGrading = await grading.fullFilesystems();
-    if (fullAtGrading.length) flags.add("resource_limit");
+    const gradingRes = resourceCounters(grading.id);
+    if (fullAtGrading.length || gradingRes.pidsLimitHits > 0 || gradingRes.oomKills > 0) flags.add("resource_limit");
     if (verdict.timedOut) {
       flags.add("timeout");
       return out({ status: "timeout", reward: 0, log: verdict.log.slice(-4000) });
