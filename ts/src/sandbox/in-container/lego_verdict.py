@@ -18,8 +18,8 @@ What it does then cannot be undone by code imported later:
      like a stdlib module is never imported in its place, however pytest's
      rootdir, `pythonpath` or import mode arranged sys.path;
   4. watches for tampering with the reporter: functions and classes of pytest
-     and pluggy rebound after this import (checked at every test's call phase
-     and at the finish), a plugin or hook implementation other than a
+     and pluggy rebound after this import (checked when the collection ends,
+     at a test's call phase at most every 0.1 s, and at the finish), a plugin or hook implementation other than a
      conftest's added during the session, a function's code swapped, a signal sent to the runner. Any of these sends a `tamper` record at once: a record already in
      the pipe cannot be taken back.
 Code under test runs in this process and can in principle defeat all of it
@@ -34,6 +34,7 @@ def _install():
     import re
     import sys
     import sysconfig
+    import time
 
     raw = os.environ.pop("LEGO_VERDICT", None)
     if raw is None:
@@ -47,7 +48,9 @@ def _install():
         os.set_inheritable(wfd, False)
     except OSError:
         return None
-    state = {"seq": 0, "open": True, "tampered": False}
+    state = {"seq": 0, "open": True, "tampered": False, "checked": 0.0}
+    monotonic = time.monotonic
+    CHECK_EVERY_S = 0.1
     write = os.write  # bound now: code under test rebinding os.write does not reach us
 
     def send(record):
@@ -80,6 +83,7 @@ def _install():
         return isinstance(modname, str) and (modname in watched or modname.split(".", 1)[0] in watched)
 
     snapshot = []
+    seen_classes = set()  # `pytest` re-exports classes of `_pytest.*`: each class once
     for name, mod in list(sys.modules.items()):
         if mod is None or not is_watched(name) or name == __name__:
             continue
@@ -87,7 +91,8 @@ def _install():
         for key, value in list(d.items()):
             if callable(value):
                 snapshot.append((d, key, value, f"{name}.{key}"))
-            if isinstance(value, type) and is_watched(getattr(value, "__module__", None)):
+            if isinstance(value, type) and is_watched(getattr(value, "__module__", None)) and id(value) not in seen_classes:
+                seen_classes.add(id(value))
                 cd = vars(value)
                 for ckey, cvalue in list(cd.items()):
                     if callable(cvalue) or isinstance(cvalue, (staticmethod, classmethod, property)):
@@ -237,7 +242,10 @@ def _install():
         send({"event": "collected", "nodeids": [item.nodeid for item in session.items]})
 
     def pytest_runtest_logreport(report):
-        if report.when == "call":
+        # A full check costs ~1-2 ms; between the collection's and the finish's
+        # checks, one at most every CHECK_EVERY_S keeps a suite of thousands fast.
+        if report.when == "call" and monotonic() - state["checked"] >= CHECK_EVERY_S:
+            state["checked"] = monotonic()
             check_integrity()
             check_hooks(pm_of["pm"])
         send({"event": "test", "nodeid": report.nodeid, "when": report.when, "outcome": report.outcome})
