@@ -42,6 +42,7 @@ def _install():
     cfg = json.loads(raw)
     wfd, rfd = cfg["fds"]
     runner_pid = int(cfg["runner_pid"])
+    workspace = cfg.get("workspace", "/workspace").rstrip("/") + "/"
     try:
         token = os.read(rfd, 33).decode().strip()
         os.close(rfd)
@@ -104,15 +105,21 @@ def _install():
                 tamper(f"{where} was rebound")
                 return
 
-    def accept_own_patches():
-        # pytest patches itself while configuring (legacypath, for one); that is
-        # not tampering. Anything else rebinding its callables by now is: code
-        # under test imported by an initial conftest runs before this point.
+    def installed(value):
+        # Defined by a module of the image (pytest itself, an installed plugin), not of the workspace.
+        mod = value if isinstance(value, type(sys)) else sys.modules.get(getattr(value, "__module__", None) or "")
+        path = str(getattr(mod, "__file__", "") or "")
+        return bool(path) and not path.startswith(workspace)
+
+    def accept_installed_patches():
+        # pytest patches itself while configuring (legacypath, for one), and so
+        # may installed plugins: not tampering. A rebinding by workspace code
+        # (imported by an initial conftest, which runs before this point) is.
         for i, (d, key, value, where) in enumerate(snapshot):
             new = d.get(key)
             if new is value:
                 continue
-            if is_watched(getattr(new, "__module__", None)):
+            if installed(new):
                 snapshot[i] = (d, key, new, where)
             else:
                 tamper(f"{where} was rebound before the session")
@@ -130,9 +137,13 @@ def _install():
             if get is not None:
                 yield from get()
 
+    def may_join(plugin, function=None):
+        # conftest modules (protected files) and the image's own plugins; never workspace code.
+        return is_conftest(plugin) or installed(plugin if isinstance(plugin, type(sys)) else type(plugin)) and (function is None or installed(function))
+
     def check_hooks(pm):
         for impl in hook_impls(pm):
-            if id(impl) not in hook_baseline and not is_conftest(impl.plugin):
+            if id(impl) not in hook_baseline and not may_join(impl.plugin, impl.function):
                 tamper(f"hook {impl.function.__qualname__!s:.80} added during the session")
                 return
 
@@ -164,7 +175,6 @@ def _install():
                 seen_other = True
 
     # ── history probes by the code under test (monitoring: the image has no future to find)
-    workspace = cfg.get("workspace", "/workspace").rstrip("/") + "/"
     spawns = ("subprocess.Popen", "os.system", "os.posix_spawn", "os.exec")
     getframe = sys._getframe
 
@@ -219,7 +229,7 @@ def _install():
 
     @pytest.hookimpl(trylast=True)
     def pytest_configure(config):
-        accept_own_patches()
+        accept_installed_patches()
         sys.modules.pop(__name__, None)
 
     @pytest.hookimpl(trylast=True)  # after the plugins that register helpers at session start (FixtureManager)
@@ -230,10 +240,10 @@ def _install():
         send({"event": "start", "pid": os.getpid()})
 
     def pytest_plugin_registered(plugin, manager):
-        # Once the session runs, only conftest modules (protected files) may join:
-        # anything else registered then is code under test adding hooks (say, one
-        # that drops failing tests from the collection).
-        if state.get("started") and not is_conftest(plugin):
+        # Once the session runs, only conftests and installed plugins may join:
+        # workspace code registering one is the code under test adding hooks
+        # (say, one that drops failing tests from the collection).
+        if state.get("started") and not may_join(plugin):
             tamper(f"plugin {getattr(plugin, '__name__', type(plugin).__name__)!s:.80} registered during the session")
 
     def pytest_collection_finish(session):
