@@ -50,9 +50,27 @@ def _install():
     except OSError:
         return None
     state = {"seq": 0, "open": True, "tampered": False, "checked": 0.0}
-    monotonic = time.monotonic
     CHECK_EVERY_S = 0.1
-    write = os.write  # bound now: code under test rebinding os.write does not reach us
+    # Everything the reporting path calls is bound now, from C where it can be:
+    # code under test that rebinds os.write, json.dumps or a builtin later does
+    # not reach us (C functions and the methods of str, int, dict cannot be patched).
+    from _json import encode_basestring_ascii as quote
+
+    write, close_fd, monotonic = os.write, os.close, time.monotonic
+    _type, _str, _getattr, _isinstance, _vars, _list, _id, _any = type, str, getattr, isinstance, vars, list, id, any
+    int_repr = int.__repr__
+
+    def encode(v):
+        t = _type(v)
+        if v is None or t is bool:
+            return "null" if v is None else ("true" if v else "false")
+        if t is int:
+            return int_repr(v)
+        if t is list:
+            return "[" + ",".join([encode(x) for x in v]) + "]"
+        if t is dict:
+            return "{" + ",".join([quote(k) + ":" + encode(x) for k, x in v.items()]) + "}"
+        return quote(v if t is str else _str(v))
 
     def send(record):
         if not state["open"]:
@@ -61,7 +79,7 @@ def _install():
         record["seq"] = state["seq"]
         state["seq"] += 1
         try:
-            write(wfd, (json.dumps(record) + "\n").encode())
+            write(wfd, (encode(record) + "\n").encode())
         except OSError:
             state["open"] = False
 
@@ -73,15 +91,16 @@ def _install():
     def close():
         state["open"] = False
         try:
-            os.close(wfd)
+            close_fd(wfd)
         except OSError:
             pass
 
-    # ── integrity of the reporting path: every callable of pytest and pluggy, by identity
-    watched = ("pytest", "_pytest", "pluggy", __name__)
+    # ── integrity of the reporting path: every callable of pytest, pluggy (and json,
+    # which pytest plugins use to write reports), by identity
+    watched = ("pytest", "_pytest", "pluggy", "json", __name__)
 
     def is_watched(modname):
-        return isinstance(modname, str) and (modname in watched or modname.split(".", 1)[0] in watched)
+        return _isinstance(modname, _str) and (modname in watched or modname.split(".", 1)[0] in watched)
 
     snapshot = []
     seen_classes = set()  # `pytest` re-exports classes of `_pytest.*`: each class once
@@ -101,15 +120,17 @@ def _install():
 
     def check_integrity():
         for d, key, value, where in snapshot:
-            if d.get(key) is not value:
+            if d.get(key) is not value:  # dict.get: a C method
                 tamper(f"{where} was rebound")
                 return
 
+    module_type, modules = _type(sys), sys.modules
+
     def installed(value):
         # Defined by a module of the image (pytest itself, an installed plugin), not of the workspace.
-        mod = value if isinstance(value, type(sys)) else sys.modules.get(getattr(value, "__module__", None) or "")
-        path = str(getattr(mod, "__file__", "") or "")
-        return bool(path) and not path.startswith(workspace)
+        mod = value if _isinstance(value, module_type) else modules.get(_getattr(value, "__module__", None) or "")
+        path = _str(_getattr(mod, "__file__", "") or "")
+        return path != "" and not path.startswith(workspace)
 
     def accept_installed_patches():
         # pytest patches itself while configuring (legacypath, for one), and so
@@ -126,24 +147,24 @@ def _install():
 
     # ── hook implementations: none may join during the session but a conftest's
     def is_conftest(plugin):
-        return isinstance(plugin, type(sys)) and str(getattr(plugin, "__file__", "")).endswith("conftest.py")
+        return _isinstance(plugin, module_type) and _str(_getattr(plugin, "__file__", "")).endswith("conftest.py")
 
     hook_baseline = set()
     pm_of = {}
 
     def hook_impls(pm):
-        for caller in list(vars(pm.hook).values()):
-            get = getattr(caller, "get_hookimpls", None)
+        for caller in _list(_vars(pm.hook).values()):
+            get = _getattr(caller, "get_hookimpls", None)
             if get is not None:
                 yield from get()
 
     def may_join(plugin, function=None):
         # conftest modules (protected files) and the image's own plugins; never workspace code.
-        return is_conftest(plugin) or installed(plugin if isinstance(plugin, type(sys)) else type(plugin)) and (function is None or installed(function))
+        return is_conftest(plugin) or installed(plugin if _isinstance(plugin, module_type) else _type(plugin)) and (function is None or installed(function))
 
     def check_hooks(pm):
         for impl in hook_impls(pm):
-            if id(impl) not in hook_baseline and not may_join(impl.plugin, impl.function):
+            if _id(impl) not in hook_baseline and not may_join(impl.plugin, impl.function):
                 tamper(f"hook {impl.function.__qualname__!s:.80} added during the session")
                 return
 
@@ -152,14 +173,15 @@ def _install():
     std_dirs = tuple(std)
 
     known = {}
+    realpath, sep = os.path.realpath, os.sep
 
     def is_std(entry):
-        if not isinstance(entry, str) or not entry:
+        if not _isinstance(entry, _str) or not entry:
             return False
         hit = known.get(entry)
         if hit is None:
-            real = os.path.realpath(entry)
-            hit = any(real == s or real.startswith(s + os.sep) for s in std_dirs) or (real.endswith(".zip") and "python3" in real)
+            real = realpath(entry)
+            hit = _any(real == s or real.startswith(s + sep) for s in std_dirs) or (real.endswith(".zip") and "python3" in real)
             known[entry] = hit
         return hit
 
@@ -176,6 +198,7 @@ def _install():
 
     # ── history probes by the code under test (monitoring: the image has no future to find)
     spawns = ("subprocess.Popen", "os.system", "os.posix_spawn", "os.exec")
+    mentions_git = re.compile(r"\bgit\b").search
     getframe = sys._getframe
 
     def from_code_under_test():
@@ -206,20 +229,20 @@ def _install():
             stdlib_first()
         elif event == "open":
             target = args[0]
-            if isinstance(target, str) and "/.git" in target:
+            if _isinstance(target, _str) and "/.git" in target:
                 probe(f"open {target}")
         elif event in spawns:
             argv = [args[0]] if event == "os.system" else args[1]
-            cmd = " ".join(a.decode("utf-8", "replace") if isinstance(a, bytes) else str(a) for a in (argv or []))
-            if re.search(r"\bgit\b", cmd):
+            cmd = " ".join([a.decode("utf-8", "replace") if _isinstance(a, bytes) else _str(a) for a in (argv or [])])
+            if mentions_git(cmd):
                 probe(cmd)
         elif event in signals:
             pid = args[0]
             if pid in (runner_pid, -runner_pid, 1, -1):
                 tamper(f"{event}({pid}, {args[1]}) aimed at the grading runner")
         elif event == "object.__setattr__" and args[1] == "__code__":
-            if is_watched(getattr(args[0], "__module__", None)):
-                tamper(f"code of {getattr(args[0], '__qualname__', '?')} swapped")
+            if is_watched(_getattr(args[0], "__module__", None)):
+                tamper(f"code of {_getattr(args[0], '__qualname__', '?')} swapped")
 
     sys.addaudithook(audit)
     stdlib_first()
@@ -244,7 +267,7 @@ def _install():
         # workspace code registering one is the code under test adding hooks
         # (say, one that drops failing tests from the collection).
         if state.get("started") and not may_join(plugin):
-            tamper(f"plugin {getattr(plugin, '__name__', type(plugin).__name__)!s:.80} registered during the session")
+            tamper(f"plugin {_getattr(plugin, '__name__', _type(plugin).__name__)!s:.80} registered during the session")
 
     def pytest_collection_finish(session):
         check_integrity()
