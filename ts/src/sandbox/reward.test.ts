@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { TaskFormatError } from "./errors.ts";
-import { decideReward, type RawVerdict } from "./grader.ts";
+import { decideReward, type RawVerdict } from "./verdict.ts";
 import { loadTask, namedTests, type TaskConfig } from "./task.ts";
 import { fixtureTask } from "./test-support.ts";
 

@@ -1,7 +1,7 @@
 /** Pure rules (no Docker): protected paths, the file-set diff, task.toml, verdict parsing. */
 import { describe, expect, it } from "vitest";
 import { TaskFormatError } from "./errors.ts";
-import { parseVerdict } from "./grader.ts";
+import { parseVerdict } from "./verdict.ts";
 import { ProtectedPaths, globToRegExp } from "./protected-paths.ts";
 import { writesOutsideWorkspace } from "./stages.ts";
 import type { TarEntry } from "./tar.ts";
