@@ -92,6 +92,16 @@ describe("bad input", () => {
     expect(r).toMatchObject({ status: 400, body: { error: { type: "invalid_request_error", message: 'tools.0.input_schema.type: a tool\'s schema must have type "object"' } } });
   });
 
+  it("refuses a tool_choice that requires a tool call when the request declares no tools", async () => {
+    const { a } = await twoSessions();
+    const chat = await post(a, "/v1/chat/completions", JSON.stringify({ model: MODEL_NAME, messages: [{ role: "user", content: "x" }], tool_choice: "required" }));
+    expect(chat).toEqual({ status: 400, body: { error: { message: 'tool_choice: "required" needs at least one tool in tools', type: "invalid_request_error", param: "tool_choice", code: null } } });
+    const responses = await post(a, "/v1/responses", JSON.stringify({ model: MODEL_NAME, input: "x", tool_choice: "required" }));
+    expect(responses).toMatchObject({ status: 400, body: { error: { param: "tool_choice" } } });
+    const messages = await post(a, "/v1/messages", JSON.stringify({ model: MODEL_NAME, max_tokens: 5, messages: [{ role: "user", content: "x" }], tool_choice: { type: "any" } }), { "x-api-key": a.secret });
+    expect(messages).toEqual({ status: 400, body: { type: "error", error: { type: "invalid_request_error", message: 'tool_choice: type "any" needs at least one tool in tools' } } });
+  });
+
   it("answers an unknown route with 404", async () => {
     const { a } = await twoSessions();
     expect((await post(a, "/v1/embeddings", oa("x"))).status).toBe(404);

@@ -43,7 +43,13 @@ export interface ChatSampling {
 export interface ChatRequest {
   model: string;
   messages: ChatMessage[];
+  /** The tools the prompt shows the model. */
   tools: ToolSpec[];
+  /**
+   * Tools declared but not shown (Anthropic `defer_loading`): a tool result brings one
+   * into the conversation with a `tool_reference`, and the model may call it from then on.
+   */
+  deferred_tools?: ToolSpec[];
   tool_choice: ToolChoice;
   sampling: ChatSampling;
   stream: boolean;

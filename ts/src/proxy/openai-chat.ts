@@ -111,6 +111,7 @@ function parseTool(v: unknown, path: string): ToolSpec {
 
 function parseToolChoice(v: unknown, tools: ToolSpec[]): ToolChoice {
   if (v === undefined || v === null) return "auto";
+  if (v === "required" && tools.length === 0) throw new InvalidRequestError('tool_choice: "required" needs at least one tool in tools', "tool_choice");
   if (v === "auto" || v === "none" || v === "required") return v;
   if (typeof v === "string") throw new InvalidRequestError(`tool_choice: unknown value ${JSON.stringify(v)}`, "tool_choice");
   const fn = obj(obj(v, "tool_choice")["function"], "tool_choice.function");

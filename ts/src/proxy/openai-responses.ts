@@ -42,6 +42,7 @@ export function parseResponsesRequest(body: unknown): ChatRequest {
       tools.push(spec);
     });
   const tc = b["tool_choice"];
+  if (tc === "required" && tools.length === 0) throw new InvalidRequestError('tool_choice: "required" needs at least one tool in tools', "tool_choice");
   const req: ChatRequest = {
     model,
     messages,

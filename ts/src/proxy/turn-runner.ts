@@ -37,6 +37,12 @@ export interface RunnerConfig {
 /** What a call needs from its request once its prompt is planned. */
 type CallOptions = Pick<ChatRequest, "tools" | "tool_choice" | "sampling">;
 
+/** Every tool the model may call: the prompt's and the deferred ones (a tool result may have brought them in). */
+function callableTools(req: ChatRequest) {
+  const deferred = req.deferred_tools;
+  return deferred && deferred.length > 0 ? req.tools.concat(deferred) : req.tools;
+}
+
 /**
  * Plans the prompt now (a template or tokenizer error throws here) and streams one
  * call. The stream throws ClientGoneError when `signal` aborts, ProxyEngineError
@@ -53,7 +59,7 @@ export function runTurn(
   // Only the tools and sampling settings travel on. The parsed history (up to
   // hundreds of KB of strings per call) then dies young while the engine works,
   // instead of surviving scavenges, and being copied by them, for every call in flight.
-  const options: CallOptions = { tools: req.tools, tool_choice: req.tool_choice, sampling: req.sampling };
+  const options: CallOptions = { tools: callableTools(req), tool_choice: req.tool_choice, sampling: req.sampling };
   return streamTurn(cfg, capture, thread, plan, options, toolCallIdPrefix, signal);
 }
 

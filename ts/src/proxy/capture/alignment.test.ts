@@ -39,13 +39,13 @@ async function chat(s: ProxySession, messages: Msg[], extra: Msg = {}): Promise<
   return body.choices[0]!.message;
 }
 
-async function anthropic(s: ProxySession, messages: Msg[], system = "You are Claude Code."): Promise<Msg> {
+async function anthropic(s: ProxySession, messages: Msg[], system = "You are Claude Code.", tools: Msg[] = anthropicTools): Promise<Msg> {
   const res = await fetch(`${s.baseUrl}/v1/messages?beta=true`, {
     method: "POST",
     headers: { "x-api-key": s.secret },
-    body: JSON.stringify({ model: MODEL_NAME, max_tokens: 256, system: [{ type: "text", text: system }], messages, tools: anthropicTools }),
+    body: JSON.stringify({ model: MODEL_NAME, max_tokens: 256, system: [{ type: "text", text: system }], messages, tools }),
   });
-  expect(res.status).toBe(200);
+  expect(res.status, await res.clone().text()).toBe(200);
   return (await res.json()) as Msg;
 }
 
@@ -207,6 +207,73 @@ describe("segments stay token-exact when clients re-serialize history", () => {
     expect(records.side_thread_ids).toEqual(["side-1"]);
     expect(records.turns.map((t) => t.thread_id)).toEqual(["main", "side-1", "main"]);
     expect(records.counters).toMatchObject({ main_turns: 2, side_thread_turns: 1 });
+  });
+
+  it("keeps a call that changes the tool list in its thread, sealing the segment because the prompt changed", async () => {
+    const { engine, session, proxy } = await setup([{ text: "r1" }, { text: "r2" }, { text: "r3" }]);
+    const more = [...tools, { type: "function", function: { name: "search", parameters: { type: "object", properties: { q: { type: "string" } } } } }];
+    const h: Msg[] = [{ role: "system", content: "Agent." }, { role: "user", content: "u1" }];
+    await chat(session, h);
+    h.push({ role: "assistant", content: "r1" }, { role: "user", content: "u2" });
+    await chat(session, h, { tools: more });
+    h.push({ role: "assistant", content: "r2" }, { role: "user", content: "u3" });
+    await chat(session, h, { tools: more });
+    const records = expectAligned(proxy.closeSession(session.id), engine);
+    expect(records.segments.map((s) => [s.thread_id, s.seal_reason, s.turns.length])).toEqual([
+      ["main", "history_rewritten", 1],
+      ["main", "finished", 2],
+    ]);
+    expect(records.side_thread_ids).toEqual([]);
+    expect(records.counters).toMatchObject({ main_turns: 3, side_thread_turns: 0 });
+  });
+
+  it("renders a tool_reference as the API expands it, and declaring the deferred tool does not seal (Claude Code's ToolSearch)", async () => {
+    const search = qwen3ToolCall("ToolSearch", { query: "select:WebFetch", max_results: 5 });
+    const fetchCall = qwen3ToolCall("WebFetch", { url: "https://example.com" });
+    const { engine, session, proxy } = await setup([{ text: search }, { text: fetchCall }, { text: "It is an example page." }]);
+    const toolSearch = { name: "ToolSearch", description: "Fetches deferred tools.", input_schema: { type: "object", properties: { query: { type: "string" }, max_results: { type: "number" } } } };
+    const placeholder = { name: "DeferredToolPlaceholder", description: "never call this", input_schema: { type: "object", properties: {} }, defer_loading: true };
+    const webFetch = { name: "WebFetch", description: "Fetch a URL", input_schema: { type: "object", properties: { url: { type: "string" } } }, defer_loading: true };
+    const h: Msg[] = [{ role: "user", content: "What is on example.com?" }];
+    const first = await anthropic(session, h, "You are Claude Code.", [...anthropicTools, toolSearch, placeholder]);
+    const use = (first["content"] as Msg[]).find((b) => b["type"] === "tool_use")!;
+    h.push({ role: "assistant", content: first["content"] }, { role: "user", content: [{ type: "tool_result", tool_use_id: use["id"], content: [{ type: "tool_reference", tool_name: "WebFetch" }] }] });
+    const second = await anthropic(session, h, "You are Claude Code.", [...anthropicTools, toolSearch, webFetch, placeholder]);
+    expect(second["content"]).toEqual([{ type: "tool_use", id: "toolu_1_0", name: "WebFetch", input: { url: "https://example.com" } }]);
+    const prompt = qwen3().tokenizer.decode(engine.prompts[1]!);
+    expect(prompt).toContain(
+      '<tool_response>\n<functions>\n<function>{"description": "Fetch a URL", "name": "WebFetch", "parameters": {"type": "object", "properties": {"url": {"type": "string"}}}}</function>\n</functions>\n</tool_response>',
+    );
+    // Deferred tools are not in the prompt's tool list.
+    expect(prompt.slice(0, prompt.indexOf("</tools>"))).not.toContain("WebFetch");
+    expect(prompt.slice(0, prompt.indexOf("</tools>"))).not.toContain("DeferredToolPlaceholder");
+    h.push({ role: "assistant", content: second["content"] }, { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1_0", content: "Example Domain" }] });
+    await anthropic(session, h, "You are Claude Code.", [...anthropicTools, toolSearch, webFetch, placeholder]);
+    const records = expectAligned(proxy.closeSession(session.id), engine);
+    expect(records.segments.map((s) => [s.thread_id, s.seal_reason, s.turns.length])).toEqual([["main", "finished", 3]]);
+  });
+
+  it("refuses a tool_reference to a tool the request does not declare", async () => {
+    const { session } = await setup([]);
+    const res = await fetch(`${session.baseUrl}/v1/messages`, {
+      method: "POST",
+      headers: { "x-api-key": session.secret },
+      body: JSON.stringify({
+        model: MODEL_NAME,
+        max_tokens: 16,
+        tools: anthropicTools,
+        messages: [
+          { role: "user", content: "x" },
+          { role: "assistant", content: [{ type: "tool_use", id: "t1", name: "Bash", input: {} }] },
+          { role: "user", content: [{ type: "tool_result", tool_use_id: "t1", content: [{ type: "tool_reference", tool_name: "Nope" }] }] },
+        ],
+      }),
+    });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toEqual({
+      type: "error",
+      error: { type: "invalid_request_error", message: 'messages.2.content.0.content.0.tool_name: the request declares no tool "Nope"' },
+    });
   });
 
   it("records MoE routing for sampled tokens and pads the rest", async () => {

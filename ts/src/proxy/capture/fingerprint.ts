@@ -9,8 +9,7 @@
  * and arguments but not by name, and reasoning is ignored (harnesses drop or
  * redact thinking; the template drops it too).
  */
-import type { ChatMessage, ToolSpec } from "../chat.ts";
-import { toolsJson } from "../chat-template.ts";
+import type { ChatMessage } from "../chat.ts";
 
 function normText(s: string): string {
   return s.replace(/\s+/g, " ").trim();
@@ -48,18 +47,4 @@ export function messageFingerprint(m: ChatMessage): string {
     default:
       return `${m.role[0]}\u0000${normText(m.content)}`;
   }
-}
-
-const fingerprints = new Map<string, string>();
-
-/** Identifies the tool list: any change to it changes the prompt the model saw. Remembered per tool-list JSON (harnesses send the same list every call). */
-export function toolsFingerprint(tools: ToolSpec[]): string {
-  const key = toolsJson(tools);
-  let fp = fingerprints.get(key);
-  if (fp === undefined) {
-    fp = tools.map((t) => `${t.name}\u0002${normText(t.description ?? "")}\u0002${JSON.stringify(sortKeys(t.parameters))}`).join("\u0003");
-    if (fingerprints.size >= 256) fingerprints.clear();
-    fingerprints.set(key, fp);
-  }
-  return fp;
 }

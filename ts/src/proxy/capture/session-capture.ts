@@ -3,10 +3,12 @@
  * merge into, and the audit list of turns that never train (rolled back by a
  * retry, aborted by a client disconnect, failed in the engine).
  *
- * Threads: calls are grouped by their system prompt + tool names, so a
- * sub-agent, OpenCode's title generation or a condenser gets a thread of its
- * own. At close the first thread that offered tools (else the first thread)
- * is the harness's `main` thread; every other one is a flagged `side` thread.
+ * Threads: calls are grouped by their system prompt, so a sub-agent, OpenCode's
+ * title generation or a condenser (each with a system prompt of its own) gets a
+ * thread of its own, while a call that changes the tool list stays in its thread
+ * (its segment is sealed when the prompt it renders really changed: ThreadCapture).
+ * At close the first thread that offered tools (else the first thread) is the
+ * harness's `main` thread; every other one is a flagged `side` thread.
  */
 import type { ChatMessage, ChatRequest } from "../chat.ts";
 import type { Segment, Turn } from "../records.ts";
@@ -56,7 +58,7 @@ export class SessionCapture {
     const key = threadKey(req);
     let thread = this.threads.get(key);
     if (!thread) {
-      thread = new ThreadCapture(key, this.threads.size, req.tools.length > 0, () => `${this.sessionId}/seg-${this.segmentSeq++}`);
+      thread = new ThreadCapture(key, this.threads.size, () => `${this.sessionId}/seg-${this.segmentSeq++}`);
       this.threads.set(key, thread);
     }
     return { thread, plan: thread.plan(req, this.codec) };
@@ -127,8 +129,8 @@ export class SessionCapture {
   }
 }
 
+/** The system prompt: what tells one conversation of a harness from another (not its tools, which change: Claude Code's ToolSearch). */
 function threadKey(req: ChatRequest): string {
   const first = req.messages[0];
-  const system = first && first.role === "system" ? first.content : "";
-  return `${system}\u0000${req.tools.map((t) => t.name).join(",")}`;
+  return first && first.role === "system" ? first.content : "";
 }

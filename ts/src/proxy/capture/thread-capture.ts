@@ -9,14 +9,15 @@
  * the rendering of only the new messages. Text the policy generated is never
  * tokenized again. Otherwise:
  * - the same messages as the last prompt: a retry; the last turn rolls back to the audit list;
- * - anything else (compaction, edited or injected history, new tools): the
- *   history was rewritten; the segment is sealed and a new one starts from a full render.
+ * - anything else (compaction, edited or injected history, a changed tool list in
+ *   the prompt): the history was rewritten; the segment is sealed and a new one starts
+ *   from a full render. The thread stays the same (SessionCapture picks threads).
  */
 import type { ChatMessage, ChatRequest } from "../chat.ts";
-import type { ChatTemplate } from "../chat-template.ts";
+import { toolsJson, type ChatTemplate } from "../chat-template.ts";
 import { TokenProvenance, type Turn } from "../records.ts";
 import type { TextTokenizer } from "../tokenizer.ts";
-import { messageFingerprint, toolsFingerprint } from "./fingerprint.ts";
+import { messageFingerprint } from "./fingerprint.ts";
 import { Growable } from "./growable.ts";
 import { SegmentBuilder } from "./segment-builder.ts";
 
@@ -81,12 +82,17 @@ export class ThreadCapture {
   constructor(
     readonly key: string,
     readonly index: number,
-    readonly hasTools: boolean,
     private readonly newSegmentId: () => string,
   ) {}
 
+  /** Some call of this thread offered tools (the harness's own conversation does). */
+  hasTools = false;
+
   plan(req: ChatRequest, codec: PromptCodec): PromptPlan {
-    const toolsKey = toolsFingerprint(req.tools);
+    if (req.tools.length > 0 || (req.deferred_tools?.length ?? 0) > 0) this.hasTools = true;
+    // The tools as the prompt shows them: deferred tools are not in it, so declaring one
+    // (Claude Code's ToolSearch) changes nothing the model saw; any other change does.
+    const toolsKey = toolsJson(req.tools);
     const base = { version: this.version, messages: req.messages, toolsKey };
     const st = this.state;
     const b = this.builder;
