@@ -42,6 +42,14 @@ export interface ScriptedEngineConfig {
    * whole decode time.
    */
   decodeMsPerToken?: number;
+  /**
+   * Context window (prompt + completion tokens at most). A prompt at least this long is
+   * refused with an EngineError carrying a rejection, as a real engine refuses it; a
+   * completion stops at the window with "length". Omit for no limit.
+   */
+  contextWindow?: number;
+  /** Whether `contextWindow()` reports the window (default true); false lets tests reach the engine's own refusal. */
+  reportsContextWindow?: boolean;
 }
 
 export class ScriptedEngine implements EngineClient {
@@ -56,17 +64,27 @@ export class ScriptedEngine implements EngineClient {
     return this.calls;
   }
 
+  async contextWindow(): Promise<number | null> {
+    return this.config.reportsContextWindow === false ? null : (this.config.contextWindow ?? null);
+  }
+
   async *generate(req: GenerateRequest, signal?: AbortSignal): AsyncIterable<GenerateChunk> {
     const index = this.calls++;
     if (this.config.recordPrompts !== false) this.prompts.push(Int32Array.from(req.prompt_ids));
+    const window = this.config.contextWindow;
+    if (window !== undefined && req.prompt_ids.length >= window)
+      throw new EngineError(this.name, `prompt of ${req.prompt_ids.length} tokens does not fit the context of ${window}`, {
+        rejection: { field: "prompt_ids", promptTokens: req.prompt_ids.length, contextWindow: window },
+      });
     const reply = this.replyFor({ index, prompt_ids: req.prompt_ids });
     const finishByScript = reply.finish ?? "stop";
     // A copy: `encode` may hand out a cached array (the proxy tokenizer does), which must not grow an end-of-turn id per call.
     let ids = "text" in reply ? this.config.encode(reply.text).slice() : reply.token_ids.slice();
     if ("text" in reply && finishByScript === "stop") ids.push(this.config.endOfTurnId);
     let finish: "stop" | "length" = finishByScript;
-    if (ids.length > req.sampling.max_tokens) {
-      ids = ids.slice(0, req.sampling.max_tokens);
+    const room = Math.min(req.sampling.max_tokens, window === undefined ? Infinity : window - req.prompt_ids.length);
+    if (ids.length > room) {
+      ids = ids.slice(0, room);
       finish = "length";
     }
     const stop = new Set(req.sampling.stop_token_ids);

@@ -128,6 +128,18 @@ describe("ZmqEngine", () => {
     // The engine keeps serving.
     expect((await collect(engine.generate(request("after-errors", [1, 2], 2)))).at(-1)!.finish_reason).toBe("length");
   });
+
+  it("marks refusals the caller can fix (a prompt over max_context, top_p 0) as rejections, by field and length", async () => {
+    const errorOf = (stream: AsyncIterable<GenerateChunk>) => collect(stream).then(() => new Error("the request unexpectedly succeeded"), (e: unknown) => e);
+    expect(await engine.contextWindow()).toBe(4096);
+    const long = await errorOf(engine.generate(request("long-1", new Array<number>(4096).fill(7), 2)));
+    expect(long).toBeInstanceOf(EngineRequestError);
+    expect(long).toMatchObject({ code: "invalid_request", field: "prompt_token_ids", rejection: { field: "prompt_ids", promptTokens: 4096, contextWindow: 4096 } });
+    const topP = await errorOf(engine.generate({ ...request("top-p-0", [1, 2], 2), sampling: { ...request("x", [], 2).sampling, top_p: 0 } }));
+    expect(topP).toMatchObject({ code: "invalid_request", field: "sampling.top_p", rejection: { field: "sampling.top_p" } });
+    // An id outside the vocabulary is the proxy's fault (a tokenizer that does not fit the model), not the caller's.
+    expect(await errorOf(engine.generate(request("oov-1", [1, 300], 2)))).toMatchObject({ field: "prompt_token_ids", rejection: null });
+  });
 });
 
 describe("the proxy in front of the Python engine", () => {

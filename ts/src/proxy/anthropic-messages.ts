@@ -25,7 +25,7 @@ import type { ChatMessage, ChatRequest, ReplyStop, ToolChoice, ToolSpec } from "
 import { InvalidRequestError } from "./errors.ts";
 import type { SseWriter } from "./sse.ts";
 import type { ReplyEvent } from "./turn-runner.ts";
-import { arr, obj, optBool, optInt, optNum, optStr, ParsedValues, str, toolName, toolSchema, type Json } from "./validate.ts";
+import { arr, obj, optBool, optInt, optNum, optStr, optTopP, ParsedValues, str, toolName, toolSchema, type Json } from "./validate.ts";
 
 /** A request's tools: those the prompt shows and the deferred ones. */
 interface DeclaredTools {
@@ -62,7 +62,7 @@ export function parseMessagesRequest(body: unknown, countOnly = false): ChatRequ
   if (declared.deferred.length > 0) req.deferred_tools = declared.deferred;
   if (maxTokens !== undefined) req.sampling.max_tokens = maxTokens;
   const temperature = optNum(b["temperature"], "temperature", 0, 1);
-  const topP = optNum(b["top_p"], "top_p", 0, 1);
+  const topP = optTopP(b["top_p"], "top_p");
   if (temperature !== undefined) req.sampling.temperature = temperature;
   if (topP !== undefined) req.sampling.top_p = topP;
   if (b["thinking"] !== undefined && b["thinking"] !== null) {

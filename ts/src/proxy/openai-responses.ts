@@ -17,7 +17,7 @@ import type { AssistantReply, ChatMessage, ChatRequest, ToolSpec } from "./chat.
 import { ClientGoneError, InvalidRequestError, asProxyError, errorBody } from "./errors.ts";
 import type { SseWriter } from "./sse.ts";
 import type { ReplyEvent, Usage } from "./turn-runner.ts";
-import { arr, obj, optBool, optInt, optNum, optStr, str, toolName, toolSchema, type Json } from "./validate.ts";
+import { arr, obj, optBool, optInt, optNum, optStr, optTopP, str, toolName, toolSchema, type Json } from "./validate.ts";
 
 export function parseResponsesRequest(body: unknown): ChatRequest {
   const b = obj(body, "body");
@@ -53,7 +53,7 @@ export function parseResponsesRequest(body: unknown): ChatRequest {
   };
   const maxTokens = optInt(b["max_output_tokens"], "max_output_tokens", 1);
   const temperature = optNum(b["temperature"], "temperature", 0, 2);
-  const topP = optNum(b["top_p"], "top_p", 0, 1);
+  const topP = optTopP(b["top_p"], "top_p");
   if (maxTokens !== undefined) req.sampling.max_tokens = maxTokens;
   if (temperature !== undefined) req.sampling.temperature = temperature;
   if (topP !== undefined) req.sampling.top_p = topP;

@@ -32,6 +32,12 @@ export interface ProxyServerConfig {
   maxBodyBytes?: number;
   /** Completion length when the request sets none, and its upper bound (default 8192). */
   maxTokens?: number;
+  /**
+   * Prompt + completion tokens the engine takes. Default: what the engine reports
+   * (`EngineClient.contextWindow`), else the model's tokenizer_config `model_max_length`.
+   * A longer prompt gets a 400 in the API's own shape (Anthropic "prompt is too long").
+   */
+  contextWindow?: number;
   /** Told when each request's response ends: wall time inside the proxy, engine time included, and two of its phases. */
   onRequestEnd?: (e: RequestEnd) => void;
   /** Told about every turn as it ends, in every session. */
@@ -76,6 +82,8 @@ export class ProxyServer {
   private readonly maxBodyBytes: number;
   private origin = "";
   private seq = 0;
+  /** The context window, asked of the engine once (again after a failed ask). */
+  private window: Promise<number | null> | null = null;
 
   private constructor(
     private readonly config: ProxyServerConfig,
@@ -142,7 +150,7 @@ export class ProxyServer {
       const t0 = performance.now();
       res.once("close", () => onEnd({ session_id: m?.[1] ?? null, path, status: res.statusCode, duration_ms: performance.now() - t0, ...phases }));
     }
-    const flavor: ApiFlavor = path.startsWith("/v1/messages") ? "anthropic" : "openai";
+    const flavor: ApiFlavor = path.startsWith("/v1/messages") ? "anthropic" : path === "/v1/responses" ? "responses" : "openai";
     try {
       // Claude Code probes its base URL with `HEAD /` before the first call.
       if ((req.method === "HEAD" || req.method === "GET") && (path === "/" || path === "")) {
@@ -169,6 +177,7 @@ export class ProxyServer {
     phases.body_ms = t1 - t0;
     const planned = () => (phases.plan_ms = performance.now() - t1);
     const body = parseBody(session, path, raw);
+    const window = path === "/v1/messages/count_tokens" ? null : await this.contextWindow();
     const n = session.requests++;
     const signal = abortOnDisconnect(res);
     if (path === "/v1/messages/count_tokens") {
@@ -182,7 +191,7 @@ export class ProxyServer {
       const { req: chat, includeUsage } = parseChatCompletions(body);
       this.checkModel(chat);
       const meta = { id: `chatcmpl-${session.id}-${n}`, created: Math.floor(this.now() / 1000), model: chat.model };
-      const events = runTurn(this.runner, session.capture, chat, "call_", signal);
+      const events = runTurn(this.runner, session.capture, chat, "call_", signal, window);
       planned();
       if (!chat.stream) return writeChatCompletion(events, res, meta);
       return this.stream(res, flavor, events, (ev, sse) => streamChatCompletion(ev, sse, meta, includeUsage));
@@ -190,14 +199,14 @@ export class ProxyServer {
     if (path === "/v1/messages") {
       const chat = this.checkModel(parseMessagesRequest(body));
       const meta = { id: `msg_${session.id}_${n}`, model: chat.model };
-      const events = runTurn(this.runner, session.capture, chat, "toolu_", signal);
+      const events = runTurn(this.runner, session.capture, chat, "toolu_", signal, window);
       planned();
       if (!chat.stream) return writeMessage(events, res, meta);
       return this.stream(res, flavor, events, (ev, sse, first) => streamMessage(ev, sse, meta, first.promptTokens));
     }
     const chat = this.checkModel(parseResponsesRequest(body));
     const meta = { id: `resp_${session.id}_${n}`, created: Math.floor(this.now() / 1000), model: chat.model };
-    const events = runTurn(this.runner, session.capture, chat, "call_", signal);
+    const events = runTurn(this.runner, session.capture, chat, "call_", signal, window);
     planned();
     if (!chat.stream) return writeResponse(events, res, meta);
     return this.stream(res, flavor, events, (ev, sse) => streamResponse(ev, sse, meta));
@@ -233,6 +242,18 @@ export class ProxyServer {
     } finally {
       sse.close();
     }
+  }
+
+  private contextWindow(): Promise<number | null> {
+    if (!this.window) {
+      const { contextWindow } = this.config;
+      const engine = this.config.engine;
+      const fallback = this.config.model.contextWindow;
+      this.window =
+        contextWindow !== undefined ? Promise.resolve(contextWindow) : (engine.contextWindow?.() ?? Promise.resolve(null)).then((w) => w ?? fallback);
+      this.window.catch(() => (this.window = null));
+    }
+    return this.window;
   }
 
   private checkModel<T extends ChatRequest>(chat: T): T {

@@ -14,7 +14,8 @@ import type { ChatMessage, ChatRequest } from "../chat.ts";
 import type { Segment, Turn } from "../records.ts";
 import { ThreadCapture, type PromptCodec, type PromptPlan } from "./thread-capture.ts";
 
-export type AuditReason = "rolled_back" | "aborted" | "error";
+/** `rejected`: the engine refused the request for a value the harness chose (answered with a 400). */
+export type AuditReason = "rolled_back" | "aborted" | "error" | "rejected";
 
 export interface AuditEntry {
   reason: AuditReason;
@@ -53,15 +54,15 @@ export class SessionCapture {
     private readonly listener: TurnListener | null = null,
   ) {}
 
-  /** Picks the thread of `req` and plans its prompt. */
-  plan(req: ChatRequest): { thread: ThreadCapture; plan: PromptPlan } {
+  /** Picks the thread of `req` and plans its prompt; `window`: the engine's context window (ThreadCapture.plan). */
+  plan(req: ChatRequest, window: number | null = null): { thread: ThreadCapture; plan: PromptPlan } {
     const key = threadKey(req);
     let thread = this.threads.get(key);
     if (!thread) {
       thread = new ThreadCapture(key, this.threads.size, () => `${this.sessionId}/seg-${this.segmentSeq++}`);
       this.threads.set(key, thread);
     }
-    return { thread, plan: thread.plan(req, this.codec) };
+    return { thread, plan: thread.plan(req, this.codec, window) };
   }
 
   nextTurnId(): string {
@@ -89,7 +90,7 @@ export class SessionCapture {
   }
 
   /** A turn that produced no usable completion (client gone, engine failed). */
-  recordFailed(turn: Turn, reason: "aborted" | "error"): void {
+  recordFailed(turn: Turn, reason: "aborted" | "error" | "rejected"): void {
     if (this.closed) return;
     this.audit.push({ reason, turn });
     this.listener?.({ session_id: this.sessionId, turn, outcome: reason });

@@ -15,6 +15,7 @@
  */
 import type { ChatMessage, ChatRequest } from "../chat.ts";
 import { toolsJson, type ChatTemplate } from "../chat-template.ts";
+import { PromptTooLongError } from "../errors.ts";
 import { TokenProvenance, type Turn } from "../records.ts";
 import type { TextTokenizer } from "../tokenizer.ts";
 import { messageFingerprint } from "./fingerprint.ts";
@@ -88,7 +89,12 @@ export class ThreadCapture {
   /** Some call of this thread offered tools (the harness's own conversation does). */
   hasTools = false;
 
-  plan(req: ChatRequest, codec: PromptCodec): PromptPlan {
+  /**
+   * Plans the next prompt. `window` is the engine's context window (null: unknown): a
+   * prompt that does not leave room for one sampled token is refused here, and text far
+   * longer than the room left is refused from a prefix before all of it is tokenized.
+   */
+  plan(req: ChatRequest, codec: PromptCodec, window: number | null = null): PromptPlan {
     if (req.tools.length > 0 || (req.deferred_tools?.length ?? 0) > 0) this.hasTools = true;
     // The tools as the prompt shows them: deferred tools are not in it, so declaring one
     // (Claude Code's ToolSearch) changes nothing the model saw; any other change does.
@@ -108,12 +114,15 @@ export class ThreadCapture {
           prompt_ids.set(b.tokens.view(0, st.lastPromptLength));
           return { ...base, messages: st.messages, kind: "retry", prompt_ids, promptBuffer, baseLength: st.lastPromptLength, pieces: [], rewritten: false };
         }
-        if (sameMessage(m[k]!, st.reply) && this.extension(st, m.slice(k + 1), req, codec))
+        if (sameMessage(m[k]!, st.reply) && this.extension(st, m.slice(k + 1), req, codec, window, b.length)) {
+          checkFits(b.length + NEW_PIECES.ids.length, window);
           return { ...base, ...this.assemble(b.tokens.view()), messages: st.messages.concat(m.slice(k)), kind: "extend", baseLength: b.length, rewritten: false };
+        }
       }
     }
     NEW_PIECES.reset();
-    appendRendered(codec.template.render(req.messages, req.tools, renderOptions(req)), req, codec, true);
+    appendRendered(codec.template.render(req.messages, req.tools, renderOptions(req)), req, codec, window, 0, true);
+    checkFits(NEW_PIECES.ids.length, window);
     return { ...base, ...this.assemble(EMPTY), kind: "fresh", baseLength: 0, rewritten: b !== null && b.turnCount > 0 };
   }
 
@@ -121,7 +130,7 @@ export class ThreadCapture {
    * Appends to NEW_PIECES the tail after the last completion + the new messages;
    * false when the template cannot render them alone.
    */
-  private extension(st: ThreadState, fresh: ChatMessage[], req: ChatRequest, codec: PromptCodec): boolean {
+  private extension(st: ThreadState, fresh: ChatMessage[], req: ChatRequest, codec: PromptCodec, window: number | null, kept: number): boolean {
     const tail = codec.template.assistantTail;
     let tailText: string;
     if (st.endsWithEndOfTurn) {
@@ -133,7 +142,7 @@ export class ThreadCapture {
     NEW_PIECES.reset();
     codec.tokenizer.encodeInto(tailText, NEW_PIECES.ids);
     NEW_PIECES.end(TokenProvenance.template);
-    appendRendered(cont, req, codec);
+    appendRendered(cont, req, codec, window, kept);
     return true;
   }
 
@@ -268,13 +277,43 @@ class NewPieces {
 const NEW_PIECES = new NewPieces();
 const EMPTY = new Int32Array(0);
 
+/** A prompt of `n` tokens must leave room for one sampled token. */
+function checkFits(n: number, window: number | null): void {
+  if (window !== null && n >= window) throw new PromptTooLongError(n, window);
+}
+
+/**
+ * Text longer than this many chars per token of room is first probed: its prefix of
+ * that length is tokenized, and if the prefix alone overflows, the prompt is refused
+ * without tokenizing the rest (a 20 MB tool result is ~5M tokens: seconds of CPU on the
+ * event loop every session shares). Prose and code run 3-4 chars per token.
+ */
+const PROBE_CHARS_PER_TOKEN = 8;
+/** Tokens a prefix cut mid-piece may have beyond its share of the whole text's. */
+const PROBE_SLACK = 16;
+const PROBE = new Growable(Int32Array, 1 << 14);
+
+/** Refuses `text` early when a prefix shows it cannot fit the tokens left in the window after `before`. */
+function probeFits(text: string, before: number, window: number | null, codec: PromptCodec): void {
+  if (window === null) return;
+  const room = Math.max(0, window - 1 - before);
+  const probeChars = PROBE_CHARS_PER_TOKEN * room + PROBE_SLACK;
+  if (text.length <= probeChars) return;
+  PROBE.truncate(0);
+  codec.tokenizer.encodeInto(text.slice(0, probeChars), PROBE);
+  if (PROBE.length <= room + PROBE_SLACK) return;
+  const estimate = before + Math.round((PROBE.length * text.length) / probeChars);
+  throw new PromptTooLongError(estimate, window, true);
+}
+
 /**
  * Appends rendered text to NEW_PIECES: the harness's messages (`prompt`) and the
  * generation prompt the template appends (`template`). The split is made only
  * where it cannot change tokenization (the generation prompt starts with an
  * added token); otherwise the whole text stays `prompt`.
  */
-function appendRendered(text: string, req: ChatRequest, codec: PromptCodec, whole = false): void {
+function appendRendered(text: string, req: ChatRequest, codec: PromptCodec, window: number | null, kept: number, whole = false): void {
+  probeFits(text, kept + NEW_PIECES.ids.length, window, codec);
   const gen = codec.template.generationPrompt(req.enable_thinking === undefined ? {} : { enableThinking: req.enable_thinking });
   // A whole render's long sections (system prompt, tool list) recur in other sessions: the tokenizer keeps them.
   const options = { keepSections: whole };
