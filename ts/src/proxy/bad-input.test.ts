@@ -277,3 +277,33 @@ describe("requests the engine cannot serve as asked get a 400 the harness can ac
     expect(asked).toEqual([3]);
   });
 });
+
+describe("a body far over the context window", () => {
+  it("is refused from a tokenized prefix, without tokenizing the rest, with an estimate of its length", async () => {
+    // 20 MB of lines that tokenize independently ("\n" then a letter is a piece boundary), so the true count is known.
+    const line = "const alpha = beta(gamma, 42);\n";
+    const lines = Math.ceil(20e6 / line.length);
+    const perLine = qwen3().tokenizer.encode(line).length;
+    const content = line.repeat(lines);
+    const tokenizer = qwen3().tokenizer;
+    const encodeInto = tokenizer.encodeInto.bind(tokenizer);
+    let tokenizedChars = 0;
+    tokenizer.encodeInto = (text, out, options) => {
+      tokenizedChars += text.length;
+      encodeInto(text, out, options);
+    };
+    try {
+      proxy = await startProxy(scriptedEngine(qwen3(), () => ({ text: "never" })), { contextWindow: 32768, maxBodyBytes: 64 * 1024 * 1024 });
+      const s = proxy.createSession("big");
+      const r = await post(s, "/v1/messages", JSON.stringify({ model: MODEL_NAME, max_tokens: 5, messages: [{ role: "user", content }] }), { "x-api-key": s.secret });
+      expect(r.status).toBe(400);
+      const m = /^prompt is too long: (\d+) tokens > 32767 maximum$/.exec((r.body["error"] as { message: string }).message);
+      expect(m).not.toBeNull();
+      expect(Math.abs(Number(m![1]) - lines * perLine) / (lines * perLine)).toBeLessThan(0.01);
+      // A few times the window's worth of text, not the 20 MB.
+      expect(tokenizedChars).toBeLessThan(8 * 32768 + 1024);
+    } finally {
+      tokenizer.encodeInto = encodeInto;
+    }
+  });
+});

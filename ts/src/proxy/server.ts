@@ -74,6 +74,8 @@ interface LiveSession extends ProxySession {
 }
 
 const SESSION_PATH = /^\/s\/([A-Za-z0-9_.-]+)(\/.*)?$/;
+/** Bodies larger than this are parsed and planned in two steps of the event loop. */
+const YIELD_AFTER_BODY_BYTES = 1 << 20;
 
 export class ProxyServer {
   private readonly sessions = new Map<string, LiveSession>();
@@ -178,6 +180,9 @@ export class ProxyServer {
     const planned = () => (phases.plan_ms = performance.now() - t1);
     const body = parseBody(session, path, raw);
     const window = path === "/v1/messages/count_tokens" ? null : await this.contextWindow();
+    // Decoding and parsing a big body is one long synchronous step, and planning (template,
+    // tokenizer) another: let other sessions' events run between the two.
+    if (raw.size > YIELD_AFTER_BODY_BYTES) await new Promise<void>((resolve) => setImmediate(resolve));
     const n = session.requests++;
     const signal = abortOnDisconnect(res);
     if (path === "/v1/messages/count_tokens") {

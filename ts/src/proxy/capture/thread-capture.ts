@@ -283,27 +283,34 @@ function checkFits(n: number, window: number | null): void {
 }
 
 /**
- * Text longer than this many chars per token of room is first probed: its prefix of
- * that length is tokenized, and if the prefix alone overflows, the prompt is refused
- * without tokenizing the rest (a 20 MB tool result is ~5M tokens: seconds of CPU on the
- * event loop every session shares). Prose and code run 3-4 chars per token.
+ * Text longer than this many chars per token of room is probed first: it is tokenized
+ * a slice at a time, and once the slices alone overflow the room, the prompt is refused
+ * without tokenizing the rest (a 20 MB tool result is millions of tokens: seconds of
+ * CPU on the event loop every session shares). Prose and code run 2-4 chars per token.
  */
 const PROBE_CHARS_PER_TOKEN = 8;
-/** Tokens a prefix cut mid-piece may have beyond its share of the whole text's. */
+/** Tokens a slice cut mid-piece may have beyond its share of the whole text's. */
 const PROBE_SLACK = 16;
 const PROBE = new Growable(Int32Array, 1 << 14);
 
-/** Refuses `text` early when a prefix shows it cannot fit the tokens left in the window after `before`. */
+/** Refuses `text` early when its first slices show it cannot fit the tokens left in the window after `before`. */
 function probeFits(text: string, before: number, window: number | null, codec: PromptCodec): void {
   if (window === null) return;
   const room = Math.max(0, window - 1 - before);
-  const probeChars = PROBE_CHARS_PER_TOKEN * room + PROBE_SLACK;
-  if (text.length <= probeChars) return;
-  PROBE.truncate(0);
-  codec.tokenizer.encodeInto(text.slice(0, probeChars), PROBE);
-  if (PROBE.length <= room + PROBE_SLACK) return;
-  const estimate = before + Math.round((PROBE.length * text.length) / probeChars);
-  throw new PromptTooLongError(estimate, window, true);
+  const limit = PROBE_CHARS_PER_TOKEN * room + PROBE_SLACK;
+  if (text.length <= limit) return;
+  // Slices of 2x the room in chars: text at 2+ chars per token overflows in the first slice or two.
+  const slice = Math.max(2 * room, 1024);
+  let counted = 0;
+  let slices = 0;
+  for (let at = 0; at < limit; at += slice) {
+    PROBE.truncate(0);
+    codec.tokenizer.encodeInto(text.slice(at, Math.min(at + slice, limit)), PROBE);
+    counted += PROBE.length;
+    slices++;
+    const chars = Math.min(at + slice, limit);
+    if (counted > room + slices * PROBE_SLACK) throw new PromptTooLongError(before + Math.round((counted * text.length) / chars), window, true);
+  }
 }
 
 /**
