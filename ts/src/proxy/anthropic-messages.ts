@@ -57,9 +57,18 @@ export function parseMessagesRequest(body: unknown, countOnly = false): ChatRequ
   arr(b["messages"], "messages").forEach((m, i) => messages.push(...byMessage.get(m, (raw) => parseMessage(raw, `messages.${i}`, declared))));
   if (messages.length === 0 || messages.every((m) => m.role === "system"))
     throw new InvalidRequestError("messages: at least one message is required", "messages");
+  const last = messages[messages.length - 1]!;
+  const prefill = last.role === "assistant";
+  if (prefill) {
+    // Anthropic: "the response content will continue immediately from the content in that message".
+    if (last.tool_calls?.length) throw new InvalidRequestError("messages: a final assistant message (prefill) cannot hold tool_use blocks", "messages");
+    if (last.content.length === 0) throw new InvalidRequestError("messages: a final assistant message (prefill) must have text to continue", "messages");
+    if (/\s$/.test(last.content)) throw new InvalidRequestError("messages: final assistant content cannot end with trailing whitespace", "messages");
+  }
   const tools = declared.shown;
   const req: ChatRequest = { model, messages, tools, tool_choice: parseToolChoice(b["tool_choice"], declared), sampling: {}, stream: optBool(b["stream"], "stream") ?? false };
   if (declared.deferred.length > 0) req.deferred_tools = declared.deferred;
+  if (prefill) req.continue_final_message = true;
   if (maxTokens !== undefined) req.sampling.max_tokens = maxTokens;
   const temperature = optNum(b["temperature"], "temperature", 0, 1);
   const topP = optTopP(b["top_p"], "top_p");

@@ -55,6 +55,11 @@ export interface ChatRequest {
   stream: boolean;
   /** Passed to the template as `enable_thinking` when set (Qwen3). */
   enable_thinking?: boolean;
+  /**
+   * The last message is an assistant message the model continues (Anthropic prefill):
+   * the prompt ends with its text, open, and the reply is only what follows it.
+   */
+  continue_final_message?: boolean;
 }
 
 /** What the model said, parsed from its completion. */

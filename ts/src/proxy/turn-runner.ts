@@ -35,7 +35,7 @@ export interface RunnerConfig {
 }
 
 /** What a call needs from its request once its prompt is planned. */
-type CallOptions = Pick<ChatRequest, "tools" | "tool_choice" | "sampling">;
+type CallOptions = Pick<ChatRequest, "tools" | "tool_choice" | "sampling" | "continue_final_message">;
 
 /** Every tool the model may call: the prompt's and the deferred ones (a tool result may have brought them in). */
 function callableTools(req: ChatRequest) {
@@ -62,7 +62,7 @@ export function runTurn(
   // Only the tools and sampling settings travel on. The parsed history (up to
   // hundreds of KB of strings per call) then dies young while the engine works,
   // instead of surviving scavenges, and being copied by them, for every call in flight.
-  const options: CallOptions = { tools: callableTools(req), tool_choice: req.tool_choice, sampling: req.sampling };
+  const options: CallOptions = { tools: callableTools(req), tool_choice: req.tool_choice, sampling: req.sampling, continue_final_message: req.continue_final_message === true };
   return streamTurn(cfg, capture, thread, plan, options, toolCallIdPrefix, signal, window);
 }
 
@@ -89,7 +89,7 @@ async function* streamTurn(
   let policyVersion = -1;
   let finish: FinishReason | null = null;
   const parseCalls = req.tools.length > 0 && req.tool_choice !== "none";
-  const parser = new CompletionParser(cfg.toolCallFormat, req.tools, parseCalls);
+  const parser = new CompletionParser(cfg.toolCallFormat, req.tools, parseCalls, req.continue_final_message === true);
   const decoder = new IncrementalDecoder(cfg.codec, cfg.codec.stopTokenIds);
   const reply: AssistantReply = { reasoning: null, content: "", tool_calls: [] };
   const makeTurn = (finish_reason: FinishReason): Turn => ({

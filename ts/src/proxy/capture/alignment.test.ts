@@ -159,6 +159,20 @@ describe("segments stay token-exact when clients re-serialize history", () => {
     ]);
   });
 
+  it("seals when an earlier user message changes only in whitespace: the engine would otherwise keep the old tokens", async () => {
+    const { engine, session, proxy } = await setup([{ text: "r1" }, { text: "r2" }, { text: "r3" }]);
+    await chat(session, [{ role: "user", content: "def f():\n  return 1" }]);
+    await chat(session, [{ role: "user", content: "def f():\n  return 1" }, { role: "assistant", content: "r1" }, { role: "user", content: "u2" }]);
+    // The harness re-indents the code it sent first.
+    await chat(session, [{ role: "user", content: "def f():\n    return 1" }, { role: "assistant", content: "r1" }, { role: "user", content: "u2" }, { role: "assistant", content: "r2" }, { role: "user", content: "u3" }]);
+    const records = expectAligned(proxy.closeSession(session.id), engine);
+    expect(records.segments.map((s) => [s.seal_reason, s.turns.length])).toEqual([
+      ["history_rewritten", 2],
+      ["finished", 1],
+    ]);
+    expect(qwen3().tokenizer.decode(records.segments[1]!.token_ids)).toContain("def f():\n    return 1");
+  });
+
   it("rolls a retried turn back into the audit list", async () => {
     const { engine, session, proxy } = await setup([{ text: "r1" }, { text: "first try" }, { text: "second try" }, { text: "r3" }]);
     const h = [{ role: "user", content: "u1" }, { role: "assistant", content: "r1" }, { role: "user", content: "u2" }];

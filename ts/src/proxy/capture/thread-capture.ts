@@ -9,16 +9,18 @@
  * the rendering of only the new messages. Text the policy generated is never
  * tokenized again. Otherwise:
  * - the same messages as the last prompt: a retry; the last turn rolls back to the audit list;
+ * - a last assistant message to continue (Anthropic prefill): the prompt ends with its
+ *   text, and the harness's next call echoes it joined with the reply;
  * - anything else (compaction, edited or injected history, a changed tool list in
  *   the prompt): the history was rewritten; the segment is sealed and a new one starts
  *   from a full render. The thread stays the same (SessionCapture picks threads).
  */
 import type { ChatMessage, ChatRequest } from "../chat.ts";
 import { toolsJson, type ChatTemplate } from "../chat-template.ts";
-import { PromptTooLongError } from "../errors.ts";
+import { InvalidRequestError, PromptTooLongError } from "../errors.ts";
 import { TokenProvenance, type Turn } from "../records.ts";
 import type { TextTokenizer } from "../tokenizer.ts";
-import { messageFingerprint } from "./fingerprint.ts";
+import { assistantFingerprint } from "./fingerprint.ts";
 import { Growable } from "./growable.ts";
 import { SegmentBuilder } from "./segment-builder.ts";
 
@@ -55,10 +57,16 @@ export interface PromptPlan {
   toolsKey: string;
   /** Why a fresh plan was needed while a segment was open; null for the first call. */
   rewritten: boolean;
+  /** The last message is a prefill the completion continues. */
+  prefill: boolean;
 }
 
 interface ThreadState {
+  /** The last prompt's messages, as sent (a retry sends them again). */
   messages: ChatMessage[];
+  /** The messages a next call continues from: `messages` less a final prefill. */
+  history: ChatMessage[];
+  /** The assistant turn the next call echoes after `history` (a prefill joined with its continuation). */
   reply: ChatMessage;
   lastPromptLength: number;
   endsWithEndOfTurn: boolean;
@@ -99,29 +107,30 @@ export class ThreadCapture {
     // The tools as the prompt shows them: deferred tools are not in it, so declaring one
     // (Claude Code's ToolSearch) changes nothing the model saw; any other change does.
     const toolsKey = toolsJson(req.tools);
-    const base = { version: this.version, messages: req.messages, toolsKey };
+    const base = { version: this.version, messages: req.messages, toolsKey, prefill: req.continue_final_message === true };
     const st = this.state;
     const b = this.builder;
     if (st && b && st.toolsKey === toolsKey) {
-      const k = st.messages.length;
       const m = req.messages;
-      if (m.length >= k && sameMessages(m, st.messages, k)) {
-        // The first k messages equal the recorded ones: keep the recorded objects (already
-        // long-lived) so this request's copies of the whole history die young.
-        if (m.length === k) {
-          const promptBuffer = this.promptBufferFor(st.lastPromptLength);
-          const prompt_ids = promptBuffer.subarray(0, st.lastPromptLength);
-          prompt_ids.set(b.tokens.view(0, st.lastPromptLength));
-          return { ...base, messages: st.messages, kind: "retry", prompt_ids, promptBuffer, baseLength: st.lastPromptLength, pieces: [], rewritten: false };
-        }
-        if (sameMessage(m[k]!, st.reply) && this.extension(st, m.slice(k + 1), req, codec, window, b.length)) {
-          checkFits(b.length + NEW_PIECES.ids.length, window);
-          return { ...base, ...this.assemble(b.tokens.view()), messages: st.messages.concat(m.slice(k)), kind: "extend", baseLength: b.length, rewritten: false };
-        }
+      // Equal messages keep the recorded objects (already long-lived), so this request's
+      // copies of the whole history die young.
+      const k = st.messages.length;
+      if (m.length === k && sameMessages(m, st.messages, k)) {
+        const promptBuffer = this.promptBufferFor(st.lastPromptLength);
+        const prompt_ids = promptBuffer.subarray(0, st.lastPromptLength);
+        prompt_ids.set(b.tokens.view(0, st.lastPromptLength));
+        return { ...base, messages: st.messages, kind: "retry", prompt_ids, promptBuffer, baseLength: st.lastPromptLength, pieces: [], rewritten: false };
+      }
+      const h = st.history.length;
+      if (m.length > h && sameMessages(m, st.history, h) && sameMessage(m[h]!, st.reply) && this.extension(st, m.slice(h + 1), req, codec, window, b.length)) {
+        checkFits(b.length + NEW_PIECES.ids.length, window);
+        return { ...base, ...this.assemble(b.tokens.view()), messages: st.history.concat(m.slice(h)), kind: "extend", baseLength: b.length, rewritten: false };
       }
     }
     NEW_PIECES.reset();
-    appendRendered(codec.template.render(req.messages, req.tools, renderOptions(req)), req, codec, window, 0, true);
+    let text = codec.template.render(req.messages, req.tools, renderOptions(req));
+    if (req.continue_final_message) text = continueFinal(codec, text, req);
+    appendRendered(text, req, codec, window, 0, true);
     checkFits(NEW_PIECES.ids.length, window);
     return { ...base, ...this.assemble(EMPTY), kind: "fresh", baseLength: 0, rewritten: b !== null && b.turnCount > 0 };
   }
@@ -137,8 +146,9 @@ export class ThreadCapture {
       if (!tail.startsWith(codec.endOfTurnText)) return false;
       tailText = tail.slice(codec.endOfTurnText.length);
     } else tailText = tail;
-    const cont = codec.template.renderContinuation(fresh, req.tools, renderOptions(req));
+    let cont = codec.template.renderContinuation(fresh, req.tools, renderOptions(req));
     if (cont === null) return false;
+    if (req.continue_final_message) cont = continueFinal(codec, cont, req);
     NEW_PIECES.reset();
     codec.tokenizer.encodeInto(tailText, NEW_PIECES.ids);
     NEW_PIECES.end(TokenProvenance.template);
@@ -231,9 +241,12 @@ export class ThreadCapture {
     // (retry), never below a committed prompt, and a buffer it outgrows is no longer written.
     turn.prompt_ids = b.tokens.view(0, plan.prompt_ids.length);
     const last = turn.completion_ids[turn.completion_ids.length - 1];
+    // After a prefill the harness holds one assistant turn: the prefill and what followed it.
+    const prefill = plan.prefill ? plan.messages[plan.messages.length - 1]! : null;
     this.state = {
       messages: plan.messages,
-      reply,
+      history: prefill ? plan.messages.slice(0, -1) : plan.messages,
+      reply: prefill ? { ...reply, content: prefill.content + reply.content } : reply,
       lastPromptLength: plan.prompt_ids.length,
       endsWithEndOfTurn: last === codec.endOfTurnId,
       toolsKey: plan.toolsKey,
@@ -337,9 +350,16 @@ function appendRendered(text: string, req: ChatRequest, codec: PromptCodec, wind
 }
 
 function renderOptions(req: ChatRequest) {
-  return req.enable_thinking === undefined
-    ? { addGenerationPrompt: true }
-    : { addGenerationPrompt: true, enableThinking: req.enable_thinking };
+  // A prefill is continued, not answered: no new assistant turn opens after it.
+  const addGenerationPrompt = req.continue_final_message !== true;
+  return req.enable_thinking === undefined ? { addGenerationPrompt } : { addGenerationPrompt, enableThinking: req.enable_thinking };
+}
+
+/** `text` cut after the prefill's content, so the completion continues it. */
+function continueFinal(codec: PromptCodec, text: string, req: ChatRequest): string {
+  const cut = codec.template.continueFinal(text, req.messages[req.messages.length - 1]!);
+  if (cut === null) throw new InvalidRequestError("messages: the chat template does not render the final assistant message verbatim, so it cannot be continued", "messages");
+  return cut;
 }
 
 function promptRouting(turn: Turn, offset: number, n: number) {
@@ -354,12 +374,17 @@ function sameMessages(a: ChatMessage[], b: ChatMessage[], n: number): boolean {
   return true;
 }
 
-/** Identity first (cheap: the usual case is an untouched echo), then the re-serialization-tolerant fingerprint. */
+/**
+ * Identity first (cheap: the usual case is an untouched echo). Messages the harness wrote
+ * must be equal, whitespace included (an edit the engine would not see otherwise); an
+ * assistant reply may come back re-serialized (fingerprint.ts).
+ */
 export function sameMessage(a: ChatMessage, b: ChatMessage): boolean {
   if (a === b) return true;
   if (a.role !== b.role) return false;
-  if (a.content === b.content && a.tool_call_id === b.tool_call_id && sameCallsExactly(a, b)) return true;
-  return messageFingerprint(a) === messageFingerprint(b);
+  if (a.role !== "assistant") return a.content === b.content && a.tool_call_id === b.tool_call_id;
+  if (a.content === b.content && sameCallsExactly(a, b)) return true;
+  return assistantFingerprint(a) === assistantFingerprint(b);
 }
 
 function sameCallsExactly(a: ChatMessage, b: ChatMessage): boolean {
