@@ -30,8 +30,13 @@ export interface ScriptedEngineConfig {
   endOfTurnId: number;
   /** Tokens per streamed chunk. */
   chunkSize?: number;
-  /** MoE shape of the fake routing; omit for a dense model (routing null). */
-  moe?: { layers: number; topK: number; experts: number };
+  /**
+   * MoE shape of the fake routing; omit for a dense model (routing null). With `inputRows`
+   * the routing arrives as real engines report it, one row per token fed as input: the
+   * prompt's rows (prefill) on the first chunk, and none for the last sampled token
+   * (`routing_recorded` 0). Otherwise every sampled token has a row and the prompt none.
+   */
+  moe?: { layers: number; topK: number; experts: number; inputRows?: boolean };
   policyVersion?: number;
   /** Keep a copy of every prompt in `prompts` (default true; benchmarks turn it off so the copies do not pile up). */
   recordPrompts?: boolean;
@@ -107,13 +112,23 @@ export class ScriptedEngine implements EngineClient {
       else await Promise.resolve();
       if (signal?.aborted) throw new EngineAbortedError(this.name, req.request_id);
       const last = start + size >= ids.length;
-      yield {
+      const chunk: GenerateChunk = {
         token_ids: part,
         logprobs: part.map((t, i) => fakeLogprob(promptLen + start + i, t)),
         routing: this.fakeRouting(part, promptLen + start),
         policy_version: this.config.policyVersion ?? 0,
         finish_reason: last ? finish : null,
       };
+      if (this.config.moe?.inputRows) {
+        if (start === 0) chunk.prompt_routing = this.fakeRouting(Array.from(req.prompt_ids), 0);
+        if (last && chunk.routing && part.length > 0) {
+          // The last sampled token is never fed back: its row is padding.
+          const width = this.config.moe.layers * this.config.moe.topK;
+          chunk.routing.fill(0, (part.length - 1) * width);
+          chunk.routing_recorded = new Uint8Array(part.length).fill(1, 0, part.length - 1);
+        }
+      }
+      yield chunk;
       if (last) break;
     }
   }
@@ -128,6 +143,7 @@ export class ScriptedEngine implements EngineClient {
     return reply;
   }
 
+  /** Deterministic experts of tokens `ids` at positions `position`, `position + 1`, ... */
   private fakeRouting(ids: number[], position: number): Routing | null {
     const moe = this.config.moe;
     if (!moe) return null;

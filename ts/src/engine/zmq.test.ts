@@ -166,6 +166,38 @@ describe("the proxy in front of the Python engine", () => {
   });
 });
 
+describe("routing coverage with the Python engine", () => {
+  it("records a routing row for every token of a multi-turn segment but its last: each turn's last token from the next prefill", async () => {
+    const model = loadProxyModel(join(dir, MODEL));
+    const proxy = await ProxyServer.start({ model, engine, servedModels: [MODEL] });
+    try {
+      const session = proxy.createSession();
+      const client = new OpenAI({ baseURL: `${session.baseUrl}/v1`, apiKey: session.secret, maxRetries: 0 });
+      const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "hi" }];
+      for (let turn = 0; turn < 3; turn++) {
+        const reply = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 6, temperature: 0 });
+        messages.push({ role: "assistant", content: reply.choices[0]!.message.content ?? "" }, { role: "user", content: `and ${turn}?` });
+      }
+      const records = proxy.closeSession(session.id);
+      expect(records.segments.map((s) => [s.seal_reason, s.turns.length])).toEqual([["finished", 3]]);
+      const [seg] = records.segments;
+      // The engine reports no row for a turn's last sampled token ...
+      for (const t of records.turns) expect(t.routing!.subarray((t.completion_ids.length - 1) * LAYERS * TOP_K).every((v) => v === 0)).toBe(true);
+      // ... and the segment has one for every token the trainer feeds.
+      expect(records.routing_coverage).toEqual([{ segment_id: seg!.segment_id, thread_id: "main", rows_needed: seg!.token_ids.length - 1, rows_recorded: seg!.token_ids.length - 1, coverage: 1 }]);
+      // A filled row is what the next turn's prefill computed for that position.
+      const width = LAYERS * TOP_K;
+      for (const [i, span] of seg!.turns.slice(0, -1).entries()) {
+        const p = span.completion_end - 1;
+        const next = records.turns[i + 1]!;
+        expect(Array.from(seg!.routing!.subarray(p * width, (p + 1) * width))).toEqual(Array.from(next.prompt_routing!.subarray(p * width, (p + 1) * width)));
+      }
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
 // Last: it moves the engine to policy version 1.
 describe("weights updated while the client streams", () => {
   it("later chunks carry the new version, the last chunk the oldest, and a refused update changes nothing", async () => {

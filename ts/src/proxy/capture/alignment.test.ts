@@ -6,6 +6,7 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import type { ScriptedEngine, ScriptedReply } from "../../engine/scripted.ts";
+import type { EngineClient } from "../../engine/types.ts";
 import { TokenProvenance, type Turn } from "../records.ts";
 import type { ProxyServer, ProxySession } from "../server.ts";
 import { checkSegment, MODEL_NAME, qwen3, qwen3ToolCall, scriptedEngine, startProxy } from "../test-support.ts";
@@ -22,7 +23,7 @@ afterEach(async () => {
   proxy = null;
 });
 
-async function setup(script: ScriptedReply[], moe?: { layers: number; topK: number; experts: number }, decodeMsPerToken = 0) {
+async function setup(script: ScriptedReply[], moe?: { layers: number; topK: number; experts: number; inputRows?: boolean }, decodeMsPerToken = 0) {
   const engine = scriptedEngine(qwen3(), script, { ...(moe ? { moe } : {}), decodeMsPerToken });
   proxy = await startProxy(engine);
   return { engine, session: proxy.createSession("s"), proxy };
@@ -303,5 +304,55 @@ describe("segments stay token-exact when clients re-serialize history", () => {
     const span = seg.turns[1]!;
     const turn = records.turns[1]!;
     expect(Array.from(seg.routing!.subarray(span.completion_start * 4, span.completion_end * 4))).toEqual(Array.from(turn.routing!));
+  });
+});
+
+describe("routing coverage", () => {
+  const moe = { layers: 2, topK: 2, experts: 8, inputRows: true };
+  const shape = { layers: 2, top_k: 2, num_experts: 8 };
+  const width = 4;
+
+  async function threeTurns(engine: EngineClient) {
+    proxy = await startProxy(engine);
+    const session = proxy.createSession("s");
+    const h: Msg[] = [{ role: "user", content: "u1" }];
+    for (const reply of ["r1", "r2", "r3"]) {
+      await chat(session, h);
+      h.push({ role: "assistant", content: reply }, { role: "user", content: `after ${reply}` });
+    }
+    return proxy.closeSession(session.id);
+  }
+
+  it("fills each turn's last sampled token from the next turn's prefill: every row the trainer replays is recorded", async () => {
+    const engine = scriptedEngine(qwen3(), [{ text: "r1" }, { text: "r2" }, { text: "r3" }], { moe });
+    const records = expectAligned(await threeTurns(engine), engine, shape);
+    const [seg] = records.segments;
+    // Engines route only tokens fed as input: each turn's last token came back without a row ...
+    for (const t of records.turns) expect(t.routing!.subarray((t.completion_ids.length - 1) * width).every((v) => v === 0)).toBe(true);
+    // ... and the next prefill routed it; only the segment's very last token has none.
+    expect(Array.from(seg!.routing_recorded!)).toEqual([...Array<number>(seg!.token_ids.length - 1).fill(1), 0]);
+    expect(records.routing_coverage).toEqual([{ segment_id: seg!.segment_id, thread_id: "main", rows_needed: seg!.token_ids.length - 1, rows_recorded: seg!.token_ids.length - 1, coverage: 1 }]);
+    const next = records.turns[1]!;
+    const p = seg!.turns[0]!.completion_end - 1;
+    expect(Array.from(seg!.routing!.subarray(p * width, (p + 1) * width))).toEqual(Array.from(next.prompt_routing!.subarray(p * width, (p + 1) * width)));
+  });
+
+  it("leaves a sampled token's row unrecorded when the next prefill ran under another policy version", async () => {
+    const scripted = scriptedEngine(qwen3(), [{ text: "r1" }, { text: "r2" }, { text: "r3" }], { moe });
+    let call = 0;
+    // The weights change after the first call.
+    const updated: EngineClient = {
+      name: "updated",
+      async *generate(req, signal) {
+        const version = call++ === 0 ? 0 : 1;
+        for await (const c of scripted.generate(req, signal)) yield { ...c, policy_version: version };
+      },
+      close: async () => {},
+    };
+    const records = await threeTurns(updated);
+    const [seg] = records.segments;
+    const unrecorded = Array.from(seg!.routing_recorded!.subarray(0, seg!.token_ids.length - 1)).flatMap((r, i) => (r === 0 ? [i] : []));
+    expect(unrecorded).toEqual([seg!.turns[0]!.completion_end - 1]);
+    expect(records.routing_coverage[0]!.rows_recorded).toBe(seg!.token_ids.length - 2);
   });
 });

@@ -25,6 +25,21 @@ export interface AuditEntry {
 /** Called after every turn ends (live monitoring; tests use it to wait without sleeping). */
 export type TurnListener = (event: { session_id: string; turn: Turn; outcome: "committed" | AuditReason }) => void;
 
+/**
+ * How much of a segment's routing the engine recorded. The trainer replays routing for
+ * every token it feeds: all but the segment's last (whose output predicts nothing).
+ */
+export interface RoutingCoverage {
+  segment_id: string;
+  thread_id: string;
+  /** Tokens that need a routing row: the segment's length - 1. */
+  rows_needed: number;
+  /** Of those, rows holding the engine's choice (`routing_recorded` 1). */
+  rows_recorded: number;
+  /** rows_recorded / rows_needed (1 for a one-token segment); null for a dense model (no routing). */
+  coverage: number | null;
+}
+
 export interface SessionRecords {
   session_id: string;
   /** Turns merged into segments, in call order. */
@@ -34,6 +49,8 @@ export interface SessionRecords {
   audit: AuditEntry[];
   /** Ids of side threads (flagged: calls off the main thread). */
   side_thread_ids: string[];
+  /** Per segment, in `segments` order. */
+  routing_coverage: RoutingCoverage[];
   /** Inputs to TrajectoryMetrics (records.toml) that only the proxy sees. */
   counters: { main_turns: number; side_thread_turns: number; tool_calls: number; rolled_back_turns: number };
 }
@@ -119,6 +136,7 @@ export class SessionCapture {
       segments,
       audit: this.audit.map((a) => ({ reason: a.reason, turn: fix(a.turn) })),
       side_thread_ids: threads.filter((t) => t !== main && t.turnCount > 0).map(label),
+      routing_coverage: segments.map(routingCoverage),
       counters: {
         main_turns: mainTurns,
         side_thread_turns: turns.length - mainTurns,
@@ -128,6 +146,15 @@ export class SessionCapture {
     };
     return this.closed;
   }
+}
+
+function routingCoverage(s: Segment): RoutingCoverage {
+  const needed = Math.max(0, s.token_ids.length - 1);
+  let recorded = 0;
+  const flags = s.routing_recorded;
+  if (flags) for (let i = 0; i < needed; i++) recorded += flags[i]!;
+  const coverage = flags === null ? null : needed === 0 ? 1 : recorded / needed;
+  return { segment_id: s.segment_id, thread_id: s.thread_id, rows_needed: needed, rows_recorded: recorded, coverage };
 }
 
 /** The system prompt: what tells one conversation of a harness from another (not its tools, which change: Claude Code's ToolSearch). */

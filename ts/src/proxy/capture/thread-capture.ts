@@ -229,6 +229,9 @@ export class ThreadCapture {
     }
     const b = this.builder!;
     b.truncate(plan.baseLength);
+    // The kept tokens went through this call's prefill too: it routed the last token of each
+    // earlier turn, which no earlier call fed to the model.
+    if (turn.prompt_routing && plan.baseLength > 0) b.fillFromPrefill(turn.prompt_routing, turn.prompt_ids.length, plan.baseLength, turn.policy_version);
     let offset = plan.baseLength;
     for (const p of plan.pieces) {
       b.appendSupplied(p.ids, p.provenance, promptRouting(turn, offset, p.ids.length));
