@@ -34,12 +34,19 @@ export function probeFits(text: string, before: number, window: number | null, c
   const slice = Math.max(2 * room, 1024);
   let counted = 0;
   let slices = 0;
-  for (let at = 0; at < limit; at += slice) {
+  for (let at = 0; at < limit; ) {
+    let to = Math.min(at + slice, limit);
+    // Never between the two halves of a surrogate pair.
+    if (isHighSurrogate(text.charCodeAt(to - 1))) to--;
     PROBE.truncate(0);
-    codec.tokenizer.encodeInto(text.slice(at, Math.min(at + slice, limit)), PROBE);
+    codec.tokenizer.encodeInto(text.slice(at, to), PROBE);
     counted += PROBE.length;
     slices++;
-    const chars = Math.min(at + slice, limit);
-    if (counted > room + slices * PROBE_SLACK) throw new PromptTooLongError(before + Math.round((counted * text.length) / chars), window, true);
+    if (counted > room + slices * PROBE_SLACK) throw new PromptTooLongError(before + Math.round((counted * text.length) / to), window, true);
+    at = to;
   }
+}
+
+function isHighSurrogate(unit: number): boolean {
+  return unit >= 0xd800 && unit <= 0xdbff;
 }
