@@ -43,6 +43,20 @@ describe.each(ATTACKED)("attacks through the workspace on %s", (task) => {
     expectDefended(o, "ok", ["tampered_test_path"]);
   });
 
+  it("a conftest.py in a folder whose name holds a line break is protected like any other", async () => {
+    // The glob's `.` used to stop at a line break: tests/x<LF>y/conftest.py was no protected path,
+    // pytest loaded it while collecting tests/, and its collection hook made every test a pass.
+    const o = await rt.attack(task, "newline-conftest", [
+      // A line feed, and U+2028 (which JavaScript's `.` does not match either) as UTF-8 bytes.
+      "for d in $'tests/x\\ny' $'tests/x\\342\\200\\250y'; do",
+      '  mkdir -p "$d"',
+      `  printf 'def pytest_collection_modifyitems(items):\\n    for it in items:\\n        it.runtest = lambda: None\\n' > "$d/conftest.py"`,
+      "done",
+    ].join("\n"));
+    expectDefended(o, "ok", ["tampered_test_path"]);
+    expect(o.log).toMatch(/\d+ failed/);
+  });
+
   it("a sitecustomize hook or .pth file that exits 0 at start-up never reaches the grader", async () => {
     const o = await rt.attack(task, "sitecustomize", [
       "printf 'import atexit, os\\natexit.register(lambda: os._exit(0))\\n' > sitecustomize.py",

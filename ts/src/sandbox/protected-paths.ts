@@ -49,7 +49,9 @@ export function globToRegExp(glob: string): RegExp {
     else if (c === "?") re += "[^/]";
     else re += c.replace(/[.+^${}()|[\]\\]/g, "\\$&");
   }
-  return new RegExp(`^${re}$`);
+  // dotAll: without it `.` stops at a newline (or U+2028/U+2029), and a folder
+  // named "x\ny" under tests/ would carry an unprotected conftest.py past `**`.
+  return new RegExp(`^${re}$`, "s");
 }
 
 export class ProtectedPaths {
