@@ -14,10 +14,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox, type BindMount } from "./container.ts";
 import { armNetworkGuard } from "./host-probes.ts";
+import { readContainerFile } from "./proc-root.ts";
 import { ProxyRoute } from "./proxy-route.ts";
 import type { SandboxLimits } from "./types.ts";
 
 const HERE = new URL("./in-container/", import.meta.url).pathname;
+/** The probe log is read up to this size (the shim appends one line per probe). */
+const GIT_PROBE_LOG_BYTES = 64 << 10;
 
 /** A harness runtime (Node + an npm harness, a Python venv) mounted read-only, never installed. */
 export interface RuntimeMount {
@@ -105,12 +108,19 @@ export class AgentSandbox {
     return new AgentSandbox(sandbox, slot, await armNetworkGuard(pid), pid, [...mounts.map((m) => m.containerPath), "/tmp"]);
   }
 
-  /** Commands the git shim recorded as history probes (read from the host, also while paused). */
+  /**
+   * Commands the git shim recorded as history probes, read from the host on
+   * the frozen container. The log lies in the agent's /tmp: a FIFO or a link
+   * put there is not read (see proc-root.ts), and counts as a probe.
+   */
   gitProbes(): string[] {
     try {
-      return readFileSync(`/proc/${this.pid}/root${IN_CONTAINER.gitProbeLog}`, "utf8").split("\n").filter(Boolean);
+      const log = readContainerFile(this.pid, IN_CONTAINER.gitProbeLog, GIT_PROBE_LOG_BYTES);
+      // Something other than the shim's file there is the agent hiding its probes.
+      if (log === null) return [`${IN_CONTAINER.gitProbeLog} was replaced by something other than a file`];
+      return (log ?? "").split("\n").filter(Boolean);
     } catch {
-      return []; // no probe logged (or not root on the host: the detector is silent)
+      return []; // not root on the host: the detector is silent
     }
   }
 

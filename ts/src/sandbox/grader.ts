@@ -25,6 +25,8 @@ const RUNNER = readFileSync(new URL("./in-container/grader_runner.py", import.me
 const PLUGIN = readFileSync(new URL("./in-container/lego_verdict.py", import.meta.url));
 /** Debian's python3 searches it for modules even under `python3 -I`; root-owned there. */
 const SYSTEM_SITE = "usr/lib/python3/dist-packages";
+/** Harbor's reward file: compared with our verdict, never the reward. */
+const REWARD_FILE = "/logs/verifier/reward.txt";
 
 export interface GraderVerdict {
   /** 1 only when the checks below all hold (see `decideReward`), else 0. */
@@ -102,8 +104,9 @@ export async function runGrader(sb: Sandbox, task: TaskDefinition): Promise<Grad
     };
   }
   const log = Buffer.from(verdict.log_b64, "base64").toString("utf8");
-  const file = await sb.exec(["cat", "/logs/verifier/reward.txt"]);
-  const fileReward = file.exitCode === 0 ? Number.parseFloat(file.stdout.trim()) : undefined;
+  // Read by the daemon: the code under test may have left a FIFO or a link to /dev/zero there, or no pids to exec with.
+  const file = await sb.readRegularFile(REWARD_FILE, 4096);
+  const fileReward = file ? Number.parseFloat(file.toString("utf8").trim()) : undefined;
   const { reward, flags } = decideReward(task.config, verdict, { fileReward, forgedVerdictLine: log.includes('"log_b64"') });
   return {
     reward, exitCode: verdict.exit, timedOut: verdict.timed_out, log, flags,

@@ -20,6 +20,10 @@ describe("protected paths", () => {
   it.each(["calc.py", "pkg/calc.py", "testing.py", "README.md", "data/other.json", "contest.py"])("leaves %s to the agent", (path) =>
     expect(p.matches(path)).toBe(false),
   );
+  it.each(["tests/x\ny/conftest.py", "tests/x\u2028y/test_a.py", "a\nb/conftest.py", "a\rb/tests/data.txt"])(
+    "protects %j: a line break in a folder name does not end a ** match",
+    (path) => expect(p.matches(path)).toBe(true),
+  );
   it("translates ** as zero or more segments", () => {
     expect(globToRegExp("**/a.py").test("a.py")).toBe(true);
     expect(globToRegExp("**/a.py").test("x/y/a.py")).toBe(true);
@@ -59,6 +63,20 @@ describe("workspace file set", () => {
     expect(d.tampered).toEqual(["tests/test_calc.py"]);
     expect(d.escapingLinks).toEqual(["up"]);
     expect(d.write.map((f) => [f.path, f.linkname])).toEqual([["in", "calc.py"]]);
+  });
+
+  it("a link that escapes through another link is dropped, however it normalises", () => {
+    const link = (path: string, to: string): TarEntry => ({ path: `workspace/${path}`, type: "symlink", content: Buffer.alloc(0), mode: 0o777, linkname: to });
+    const agent = snapshotOf([
+      file("calc.py", "old"), file("tests/test_calc.py", "t"), file("gone.py", "x"),
+      link("a/b/l1", "../.."), // the workspace root: inside
+      link("a/b/l2", "l1/../../etc"), // lexically a/etc, really /etc
+      link("a/b/l3", "l1/calc.py"), // calc.py: inside
+      link("loop1", "loop2"), link("loop2", "loop1"), // never resolves
+    ]);
+    const d = diffWorkspace(pristine, agent, ProtectedPaths.forTask([]));
+    expect(d.escapingLinks).toEqual(["a/b/l2", "loop1", "loop2"]);
+    expect(d.write.map((f) => f.path)).toEqual(["a/b/l1", "a/b/l3"]);
   });
 
   it("a symlink in place of a directory that holds protected files is tampering", () => {

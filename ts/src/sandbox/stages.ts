@@ -105,6 +105,25 @@ async function quiesce(sb: Sandbox): Promise<void> {
   throw new SandboxEnvError("daemon_error", `could not stop the agent's processes: pause failed and kill ${r ? `exited ${r.exitCode}` : "could not run"}`, sb.context());
 }
 
+/**
+ * Runs a grading step; a daemon error while the grading container's disk
+ * quota is full is the agent's doing, not the environment's: its files can
+ * use the agent stage's quota to the last inode or block, and then the copy
+ * into grading (which adds the protected files, the tests and the runner)
+ * runs out ("no space left on device"). That is agent_error + resource_limit,
+ * never a retried env_error.
+ */
+async function agentFilledDisk<T>(grading: Sandbox, step: () => Promise<T>): Promise<T> {
+  try {
+    return await step();
+  } catch (e) {
+    if (!(e instanceof SandboxEnvError) || e.kind !== "daemon_error") throw e;
+    const full: string[] = await grading.fullFilesystems().catch(() => []);
+    if (!full.includes("/")) throw e;
+    throw new AgentLimitError("disk_quota", `the agent's files fill the grading container's disk quota (${e.message})`, grading.context());
+  }
+}
+
 /** Pristine /workspace per image. Tags are content hashes, so an entry never goes stale. */
 const pristineCache = new Map<string, ReturnType<typeof snapshotOf>>();
 const PRISTINE_CACHE_ENTRIES = 32;
@@ -202,9 +221,11 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
       timingsMs.grading = performance.now() - t;
       return out({ status: "agent_error", reward: 0, log: `rejected: changed protected paths ${change.tampered.join(", ")}` });
     }
-    await applyWorkspaceChange(grading, change);
-    await lockProtectedFiles(grading, pristine, protectedPaths);
-    const verdict = await runGrader(grading, req.task);
+    const verdict = await agentFilledDisk(grading, async () => {
+      await applyWorkspaceChange(grading!, change);
+      await lockProtectedFiles(grading!, pristine, protectedPaths);
+      return runGrader(grading!, req.task);
+    });
     timingsMs.grading = performance.now() - t;
     for (const f of verdict.flags) flags.add(f);
     // The code under test filling the disk at grading is the agent's doing too: 0, never an env error.

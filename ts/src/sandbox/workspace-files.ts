@@ -4,7 +4,6 @@
  * the host. Nothing here runs in the agent's container (no `git diff` there,
  * whose config and hooks the agent controls). `.git` never travels.
  */
-import { posix } from "node:path";
 import type { ProtectedPaths } from "./protected-paths.ts";
 import type { TarEntry, TarFile } from "./tar.ts";
 import { AGENT_UID } from "./types.ts";
@@ -46,10 +45,40 @@ function same(a: TarEntry, b: TarEntry): boolean {
   );
 }
 
-function linkStaysInside(rel: string, target: string): boolean {
-  if (target.startsWith("/")) return false;
-  const resolved = posix.normalize(posix.join(posix.dirname(rel), target));
-  return !resolved.startsWith("../") && resolved !== "..";
+/** Symlink hops followed before a link counts as escaping (the kernel's own limit is 40). */
+const MAX_LINK_HOPS = 40;
+
+/**
+ * Whether a symlink resolves inside the workspace, following the other
+ * symlinks of the agent's tree the way the kernel would: `a/b/l1 -> ../..`
+ * then `a/b/l2 -> l1/../../etc` normalises (lexically) to `a/etc` but
+ * resolves to /etc.
+ */
+function linkStaysInside(rel: string, links: ReadonlyMap<string, string>): boolean {
+  let hops = 0;
+  // Resolves `target` from the folder `dir` (segments below the workspace root); undefined if it leaves it.
+  const resolve = (dir: string[], target: string): string[] | undefined => {
+    if (target.startsWith("/")) return undefined;
+    const at = [...dir];
+    for (const part of target.split("/")) {
+      if (part === "" || part === ".") continue;
+      if (part === "..") {
+        if (!at.length) return undefined;
+        at.pop();
+        continue;
+      }
+      at.push(part);
+      const link = links.get(at.join("/"));
+      if (link === undefined) continue;
+      if (++hops > MAX_LINK_HOPS) return undefined;
+      const inner = resolve(at.slice(0, -1), link);
+      if (!inner) return undefined;
+      at.splice(0, at.length, ...inner);
+    }
+    return at;
+  };
+  const parts = rel.split("/");
+  return resolve(parts.slice(0, -1), links.get(rel) ?? "") !== undefined;
 }
 
 export function diffWorkspace(pristine: Snapshot, agent: Snapshot, protectedPaths: ProtectedPaths): WorkspaceChange {
@@ -62,6 +91,7 @@ export function diffWorkspace(pristine: Snapshot, agent: Snapshot, protectedPath
     const parts = rel.split("/");
     for (let i = 1; i < parts.length; i++) guardedDirs.add(parts.slice(0, i).join("/"));
   }
+  const links = new Map([...agent].filter(([, e]) => e.type === "symlink").map(([rel, e]) => [rel, e.linkname ?? ""] as const));
   for (const [rel, e] of agent) {
     // Bytecode never travels: an unchecked hash-based .pyc runs whatever it holds, whatever its source says.
     if (isBytecode(rel)) continue;
@@ -71,7 +101,7 @@ export function diffWorkspace(pristine: Snapshot, agent: Snapshot, protectedPath
       out.tampered.push(rel);
       continue;
     }
-    if (e.type === "symlink" && !linkStaysInside(rel, e.linkname ?? "")) {
+    if (e.type === "symlink" && !linkStaysInside(rel, links)) {
       out.escapingLinks.push(rel);
       continue;
     }
