@@ -22,7 +22,8 @@ import { decideReward, lastNonceLine, parseStarted, parseVerdict, type NamedTest
 
 
 const RUNNER = readFileSync(new URL("./in-container/grader_runner.py", import.meta.url));
-const PLUGIN = readFileSync(new URL("./in-container/lego_verdict.py", import.meta.url));
+/** The verdict plugin and the module that says which code it trusts (both imported at `-p` time, then dropped from sys.modules). */
+const PLUGIN_FILES = ["lego_verdict.py", "lego_verdict_trust.py"].map((name) => ({ name, content: readFileSync(new URL(`./in-container/${name}`, import.meta.url)) }));
 /** Debian's python3 searches it for modules even under `python3 -I`; root-owned there. */
 const SYSTEM_SITE = "usr/lib/python3/dist-packages";
 /** Harbor's reward file: compared with our verdict, never the reward. */
@@ -73,7 +74,7 @@ export async function runGrader(sb: Sandbox, task: TaskDefinition): Promise<Grad
   // 1000 inside the verifier, can read but not rewrite the tests or the runner.
   await sb.putFiles("/", [
     { path: "grader/run.py", content: RUNNER, mode: 0o644 },
-    ...(task.config.verdictPlugin ? [{ path: `${SYSTEM_SITE}/lego_verdict.py`, content: PLUGIN, mode: 0o644 }] : []),
+    ...(task.config.verdictPlugin ? PLUGIN_FILES.map((f) => ({ path: `${SYSTEM_SITE}/${f.name}`, content: f.content, mode: 0o644 })) : []),
     ...filesOfDir(task.testsDir, "tests"),
   ]);
   const nonce = randomBytes(16).toString("hex");
