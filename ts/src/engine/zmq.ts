@@ -209,7 +209,10 @@ export class ZmqEngine implements EngineClient {
       throw new EngineError(this.name, `request ${req.request_id}: result has ${ids.length} tokens but ${streamed.length} were streamed, or they differ`);
     }
     const width = result.moe_layers * result.top_k;
-    const chunk: GenerateChunk = { token_ids: [], logprobs: [], routing: null, policy_version: result.policy_version, finish_reason: result.finish_reason };
+    const chunk: GenerateChunk = {
+      token_ids: [], logprobs: [], routing: null, policy_version: result.policy_version, finish_reason: result.finish_reason,
+      cached_prompt_tokens: result.cached_prompt_tokens,
+    };
     if (width === 0) return chunk; // a dense model has no routing
     const shapeError = (what: string, values: Uint16Array, expected: string): EngineError =>
       new EngineError(this.name, `request ${req.request_id}: ${what} has ${values.length} values, expected ${expected} x [${result.moe_layers}, ${result.top_k}]`);
