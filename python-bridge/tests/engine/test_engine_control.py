@@ -117,7 +117,7 @@ def test_benchmark_runs_and_reports_json(capsys: pytest.CaptureFixture[str]):
     report = main(["--tokenizer", "bytes", "--new-tokens", "4", "--prompt-len", "4", "--repeats", "1", "--threads", "1"])
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last) == report
-    assert set(report) == {"bench", "tokens_per_s_c1", "tokens_per_s_c8", "tokens_per_s_c32", "hf_tokens_per_s_c8", "vs_hf_c8"}
+    assert set(report) == {"bench", "workload", "tokens_per_s_c1", "tokens_per_s_c8", "tokens_per_s_c32", "hf_tokens_per_s_c8", "vs_hf_c8"}
 
 
 def test_queue_admits_up_to_max_running_and_each_step_stays_within_the_token_budget(byte_model: MoeForCausalLM):

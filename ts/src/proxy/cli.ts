@@ -13,6 +13,7 @@ import { ScriptedEngine, type ScriptedReply } from "../engine/scripted.ts";
 import { SglangEngine } from "../engine/sglang.ts";
 import type { EngineClient } from "../engine/types.ts";
 import { VllmEngine } from "../engine/vllm.ts";
+import { AffinityEngine } from "../engine/affinity.ts";
 import { ZmqEngine } from "../engine/zmq.ts";
 import { loadProxyModel } from "./model.ts";
 import { ProxyServer } from "./server.ts";
@@ -42,7 +43,7 @@ export const proxyCommand: LegoCommand = {
       .option("model-dir", { type: "string", demandOption: true, describe: "directory with tokenizer.json and tokenizer_config.json (chat template)" })
       .option("engine", { choices: ["scripted", "vllm", "sglang", "zmq"] as const, default: "scripted" as const, describe: "engine behind the proxy (zmq: python -m lego_rl.engine)" })
       .option("engine-url", { type: "string", describe: "vLLM / SGLang server origin, e.g. http://127.0.0.1:8000" })
-      .option("engine-address", { type: "string", describe: "zmq engine: the ZeroMQ endpoint it bound, e.g. tcp://127.0.0.1:5556" })
+      .option("engine-address", { type: "string", describe: "zmq engine: the ZeroMQ endpoint it bound, e.g. tcp://127.0.0.1:5556; several, comma-separated, are replicas with session affinity" })
       .option("engine-model", { type: "string", describe: "model name the vLLM server serves (zmq: the name the engine must serve)" })
       .option("script", { type: "string", describe: "scripted engine: JSON file with a list of replies ({text} or {token_ids})" })
       .option("served-model", { type: "string", array: true, default: ["*"], describe: "model names clients may request ('*' = any)" })
@@ -79,7 +80,8 @@ function makeEngine(argv: ProxyArgs, model: ReturnType<typeof loadProxyModel>): 
   if (argv.engine === "zmq") {
     const address = argv["engine-address"];
     if (!address) throw new Error("--engine zmq needs --engine-address (the endpoint python -m lego_rl.engine printed)");
-    return new ZmqEngine({ address, ...(argv["engine-model"] ? { model: argv["engine-model"] } : {}) });
+    const replicas = address.split(",").map((a) => new ZmqEngine({ address: a.trim(), ...(argv["engine-model"] ? { model: argv["engine-model"] } : {}) }));
+    return replicas.length === 1 ? replicas[0]! : new AffinityEngine(replicas);
   }
   const url = argv["engine-url"];
   if (!url) throw new Error(`--engine ${argv.engine} needs --engine-url`);
