@@ -25,6 +25,7 @@ async function startServer(modelDir: string): Promise<{ proc: ChildProcess; addr
   const proc = spawn(PYTHON, ["-m", "lego_rl.engine", "--model", modelDir, "--bind", "tcp://127.0.0.1:*"], {
     cwd: REPO_ROOT, stdio: ["ignore", "pipe", "inherit"],
   });
+  servers.push(proc); // at once: afterAll must stop it even if set-up fails or times out
   const first = await new Promise<string>((resolve, reject) => {
     createInterface({ input: proc.stdout! }).once("line", resolve);
     proc.once("exit", (code) => reject(new Error(`engine exited with ${code} before listening`)));
@@ -37,7 +38,6 @@ beforeAll(async () => {
   const modelDir = join(dir, "tiny-bytes");
   execFileSync(PYTHON, ["-m", "lego_rl.model.tiny", "--out", modelDir, "--tokenizer", "bytes", "--seed", "0"], { cwd: REPO_ROOT, stdio: "ignore" });
   const started = await Promise.all([startServer(modelDir), startServer(modelDir)]);
-  servers.push(...started.map((s) => s.proc));
   clients = started.map((s) => new ZmqEngine({ address: s.address, clientId: "affinity-test" }));
   // Three cold Python starts (the model writer, then two servers at once): each `import torch` is
   // ~4 CPU-s, measured 35 s of wall time at load 11 on the 2-core CI host, so the default 120 s hook

@@ -1,10 +1,10 @@
 /** Public surface of the sandbox component. */
 export type { DefenseFlag, EnvErrorKind, OutcomeStatus, RolloutOutcome, SandboxLimits, SandboxStage } from "./types.ts";
-export { DEFAULT_LIMITS, LABEL } from "./types.ts";
+export { DEFAULT_LIMITS, DEFENSE_FLAG_VALUES, LABEL } from "./types.ts";
 export { SandboxEnvError, TaskFormatError, isSandboxEnvError } from "./errors.ts";
 export { DEFAULT_BASE, baseImageTag, ensureBaseImage, type BaseImageSpec } from "./base-image.ts";
 export { ensureTaskImage, taskImageTag, type TaskImage } from "./task-image.ts";
-export { loadTask, type TaskConfig, type TaskDefinition } from "./task.ts";
+export { loadTask, namedTests, type TaskConfig, type TaskDefinition } from "./task.ts";
 export { Sandbox, type ExecOptions, type ExecResult, type SandboxSpec } from "./container.ts";
 export { AgentSandbox, type RuntimeMount } from "./agent-sandbox.ts";
 export { WarmPool, type WarmPoolConfig } from "./warm-pool.ts";

@@ -1,7 +1,7 @@
 /** Pure rules (no Docker): protected paths, the file-set diff, task.toml, verdict parsing. */
 import { describe, expect, it } from "vitest";
 import { TaskFormatError } from "./errors.ts";
-import { parseVerdict } from "./grader.ts";
+import { parseVerdict } from "./verdict.ts";
 import { ProtectedPaths, globToRegExp } from "./protected-paths.ts";
 import { writesOutsideWorkspace } from "./stages.ts";
 import type { TarEntry } from "./tar.ts";
@@ -42,6 +42,12 @@ describe("workspace file set", () => {
     expect(d.remove).toEqual(["gone.py"]);
     expect(d.tampered).toEqual(["conftest.py", "tests/test_calc.py"]);
   });
+  it("bytecode never travels: an agent's .pyc (which may run other code than its source) is dropped", () => {
+    const agent = snapshotOf([file("calc.py", "old"), file("tests/test_calc.py", "t"), file("gone.py", "x"),
+      file("__pycache__/calc.cpython-311.pyc", "evil"), file("pkg/helper.pyc", "evil")]);
+    const d = diffWorkspace(pristine, agent, ProtectedPaths.forTask([]));
+    expect(d).toEqual({ write: [], remove: [], tampered: [], escapingLinks: [] });
+  });
   it("deleting a protected file is tampering too; links out of the workspace are dropped", () => {
     const agent = snapshotOf([
       file("calc.py", "old"),
@@ -79,6 +85,13 @@ describe("task.toml subset", () => {
   it("reads sections, strings, numbers, booleans and string arrays", () => {
     const m = parseTaskToml('version = "1.0"\n[agent]\ntimeout_sec = 60 # s\n[lego]\nneeds_git_history = false\nprotected_paths = ["a", \'b/**\']\n', "t");
     expect(Object.fromEntries(m)).toEqual({ version: "1.0", "agent.timeout_sec": 60, "lego.needs_git_history": false, "lego.protected_paths": ["a", "b/**"] });
+  });
+  it("reads named tests as whole quoted strings: a comma inside a node id stays", () => {
+    const m = parseTaskToml('[lego]\nfail_to_pass = ["t.py::test_a[1,2]", \'t.py::test_b\',]\npass_to_pass = []\n', "t");
+    expect(m.get("lego.fail_to_pass")).toEqual(["t.py::test_a[1,2]", "t.py::test_b"]);
+    expect(m.get("lego.pass_to_pass")).toEqual([]);
+    expect(() => parseTaskToml('[lego]\nfail_to_pass = ["a" "b"]\n', "t")).toThrow("task.toml:2");
+    expect(() => parseTaskToml("[lego]\nfail_to_pass = [a]\n", "t")).toThrow(TaskFormatError);
   });
   it("names the line it cannot read", () => {
     expect(() => parseTaskToml("[agent]\ntimeout_sec = {x = 1}\n", "t")).toThrow(TaskFormatError);

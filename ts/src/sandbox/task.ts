@@ -17,7 +17,12 @@ export interface TaskConfig {
   verifierTimeoutSec: number;
   /** Extra protected globs beyond the defaults ([lego] protected_paths). */
   protectedPaths: string[];
-  /** Grading keeps the image's full git history ([lego] needs_git_history). Default true. */
+  /**
+   * The verifier needs the repository's history up to the base commit
+   * ([lego] needs_git_history, default false). Either way nothing beyond the
+   * base (future commits, other branches, tags) is left in the task image;
+   * without it the image keeps one commit of the base tree.
+   */
   needsGitHistory: boolean;
   /**
    * The verifier's pytest reports to the grading runner through the
@@ -25,6 +30,22 @@ export interface TaskConfig {
    * verifier whose pytest runs on an interpreter other than the image's python3.
    */
   verdictPlugin: boolean;
+  /**
+   * SWE-bench's FAIL_TO_PASS ([lego] fail_to_pass): pytest node ids that fail
+   * before the fix and must pass after it. With named tests (this or
+   * passToPass non-empty) the reward is 1 only when every named test was
+   * reported passed by the grading runner's reporter; a missing, errored or
+   * skipped named test is a failure, and the verifier's exit status is not
+   * consulted (other tests may fail, as in SWE-bench).
+   */
+  failToPass: string[];
+  /** SWE-bench's PASS_TO_PASS ([lego] pass_to_pass): node ids that passed before and must still pass. */
+  passToPass: string[];
+}
+
+/** Every test the task names, in the order given (fail_to_pass first). Empty: the task names none. */
+export function namedTests(config: TaskConfig): string[] {
+  return [...new Set([...config.failToPass, ...config.passToPass])];
 }
 
 export interface TaskDefinition {
@@ -63,17 +84,36 @@ export function parseTaskToml(text: string, where: string): Map<string, TomlValu
     if (/^".*"$/.test(v) || /^'.*'$/.test(v)) value = v.slice(1, -1);
     else if (v === "true" || v === "false") value = v === "true";
     else if (/^[+-]?\d+(\.\d+)?$/.test(v)) value = Number(v);
-    else if (/^\[.*\]$/.test(v)) {
-      value = v
-        .slice(1, -1)
-        .split(",")
-        .map((s) => s.trim())
-        .filter(Boolean)
-        .map((s) => s.replace(/^["']|["']$/g, ""));
-    } else throw new TaskFormatError(where, `task.toml:${i + 1}`, `unsupported value '${v}'`);
+    else if (/^\[.*\]$/.test(v)) value = stringArray(v, where, i + 1);
+    else throw new TaskFormatError(where, `task.toml:${i + 1}`, `unsupported value '${v}'`);
     out.set(key, value);
   });
   return out;
+}
+
+/**
+ * A one-line array of quoted strings. Items are matched as whole quoted
+ * strings, so a pytest node id such as "t.py::test[a,b]" keeps its comma.
+ */
+function stringArray(v: string, where: string, line: number): string[] {
+  const items: string[] = [];
+  const item = /\s*(?:"((?:[^"\\]|\\.)*)"|'([^']*)')\s*(,|$)/y;
+  const body = v.slice(1, -1).replace(/,\s*$/, "");
+  item.lastIndex = 0;
+  while (item.lastIndex < body.length) {
+    const start = item.lastIndex;
+    const m = item.exec(body);
+    if (!m || m.index !== start) throw new TaskFormatError(where, `task.toml:${line}`, `expected an array of quoted strings, got ${v}`);
+    items.push(m[1] !== undefined ? m[1].replace(/\\(["\\])/g, "$1") : m[2]!);
+    if (!m[3]) break;
+  }
+  return items;
+}
+
+function strings(m: Map<string, TomlValue>, key: string, where: string): string[] {
+  const v = m.get(key) ?? [];
+  if (!Array.isArray(v)) throw new TaskFormatError(where, key, "expected a string array");
+  return v;
 }
 
 function num(m: Map<string, TomlValue>, key: string, dflt: number, where: string): number {
@@ -99,11 +139,14 @@ export function loadTask(taskDir: string): TaskDefinition {
       : undefined;
   if (!kind) throw new TaskFormatError(dir, "environment", "needs a Dockerfile or a setup.sh");
   need("tests/test.sh");
-  const prot = toml.get("lego.protected_paths") ?? [];
-  if (!Array.isArray(prot)) throw new TaskFormatError(dir, "lego.protected_paths", "expected a string array");
-  const hist = toml.get("lego.needs_git_history") ?? true;
+  const hist = toml.get("lego.needs_git_history") ?? false;
   const plugin = toml.get("lego.verdict_plugin") ?? true;
   const solve = join(dir, "solution/solve.sh");
+  const failToPass = strings(toml, "lego.fail_to_pass", dir);
+  const passToPass = strings(toml, "lego.pass_to_pass", dir);
+  if (plugin !== true && (failToPass.length || passToPass.length)) {
+    throw new TaskFormatError(dir, "lego.verdict_plugin", "named tests (fail_to_pass, pass_to_pass) are graded from the plugin's reports: it must stay on");
+  }
   return {
     name: String(toml.get("metadata.name") ?? basename(dir)),
     dir,
@@ -111,9 +154,11 @@ export function loadTask(taskDir: string): TaskDefinition {
     config: {
       agentTimeoutSec: num(toml, "agent.timeout_sec", 600, dir),
       verifierTimeoutSec: num(toml, "verifier.timeout_sec", 120, dir),
-      protectedPaths: prot,
+      protectedPaths: strings(toml, "lego.protected_paths", dir),
       needsGitHistory: hist === true,
       verdictPlugin: plugin === true,
+      failToPass,
+      passToPass,
     },
     environment: { kind, dir: envDir },
     testsDir: join(dir, "tests"),
