@@ -56,7 +56,9 @@ def run_tests(cfg: MineConfig, timeout_s: float) -> TestRun:
     with tempfile.NamedTemporaryFile("r", suffix=".jsonl", delete=False) as f:
         out = f.name
     code = BOOTSTRAP.format(root=_package_root(), module="collect")
-    cmd = [sys.executable, "-I", "-c", code, out, "-p", "no:cacheprovider", "-o", "addopts=", "-c", cfg.pytest_ini, f"--rootdir={cfg.workspace}", "-q"]
+    # -P -s rather than -I: -I also implies -E, which would ignore PYTHONHASHSEED. With the
+    # environment below fixed, that is -I with a fixed hash seed (set and dict reprs in messages).
+    cmd = [sys.executable, "-P", "-s", "-c", code, out, "-p", "no:cacheprovider", "-o", "addopts=", "-c", cfg.pytest_ini, f"--rootdir={cfg.workspace}", "-q"]
     t0 = time.monotonic()
     try:
         proc = subprocess.run(cmd, cwd=cfg.workspace, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout_s,
@@ -102,7 +104,8 @@ def mine(cfg: MineConfig, version: str, out) -> dict:
     baseline = run_tests(cfg, timeout_s=600)
     if baseline.collect_errors or baseline.timed_out:
         raise SystemExit(f"{cfg.project}: the pristine tests do not collect: {baseline.collect_errors[:3]}")
-    passing = [n for n, (o, _) in baseline.outcomes.items() if o == "passed"]
+    # Sorted: collection order can follow set iteration (parametrize over a set), which is not stable.
+    passing = sorted(n for n, (o, _) in baseline.outcomes.items() if o == "passed")
     if not passing:
         raise SystemExit(f"{cfg.project}: no test passes on the pristine tree")
     limit = baseline.seconds * cfg.test_timeout_factor + 10

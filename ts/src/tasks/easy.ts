@@ -45,16 +45,21 @@ export class Rng {
   }
 }
 
+// Names must be plain identifiers: not Python keywords (`raise` was one, and the gold patch
+// could not fix a syntax error), not builtins, not the comparison template's `limit` parameter.
 const TRAIN_NAMES = [
-  "scale", "total", "bump", "shift", "grow", "boost", "offset", "adjust", "stretch", "raise",
+  "scale", "total", "bump", "shift", "grow", "boost", "offset", "adjust", "stretch", "hoist",
   "tally", "blend", "merge", "weigh", "price", "score", "count", "gauge", "rate", "measure",
-  "cost", "limit", "clip", "push", "lift", "spread", "span", "fill", "pack", "stack",
+  "cost", "cap", "clip", "push", "lift", "spread", "span", "fill", "pack", "stack",
 ] as const;
 /** Held out: no training variant uses these names. */
 const TEST_NAMES = ["widen", "deepen", "extend", "amplify", "inflate", "enlarge", "double_up", "magnify"] as const;
 // None may shadow a standard-library module (`numbers` did: the test imported the stdlib one).
 const MODULES = ["calc", "ops", "mathx", "numeric", "tools", "arith"] as const;
 const HELPERS = ["identity", "same", "echo", "keep"] as const;
+
+/** Every name a variant can use, for the test that checks none is a keyword or a builtin. */
+export const EASY_NAMES = { functions: [...TRAIN_NAMES, ...TEST_NAMES], modules: MODULES, helpers: HELPERS } as const;
 
 /** One variant before it becomes a record: the module with the bug, the fix, and the test. */
 interface Variant {

@@ -55,7 +55,7 @@ export function writeOnce(dir: string, build: (tmp: string) => void): string {
 
 /** The environment (setup.sh + the tree at `rev` as repo.tar) of a git repository, shared by every task built on that commit. */
 export function gitEnvironment(cacheDir: string, repoName: string, gitPath: string, rev: string): { dir: string; image: string } {
-  const git = new GitRepo(gitPath);
+  const git = GitRepo.at(gitPath);
   const commit = git.resolve(rev);
   const stem = safeName(repoName.replace("/", "__"));
   const dir = join(cacheDir, "env", `${stem}-${commit.slice(0, 12)}-${hash(RECIPE).slice(0, 6)}`);
@@ -108,16 +108,32 @@ async function archiveFiles(path: string, wanted: Set<string>): Promise<Tree> {
   return tree;
 }
 
+/** What base_commit changes relative to the environment's commit, for a source's records in one go. */
+export type OverlayIndex = (record: SweBenchRecord) => { changes: Array<{ status: string; path: string }>; files: Tree } | undefined;
+
+/** An OverlayIndex over `records` of one git repository, computed on first use with two git processes in all. */
+export function overlayIndex(repoPath: string, records: SweBenchRecord[]): OverlayIndex {
+  let index: ReturnType<GitRepo["changesMany"]> | undefined;
+  return (record) => {
+    const git = GitRepo.at(repoPath);
+    index ??= git.changesMany(
+      records.filter((r) => r.environment_setup_commit && r.environment_setup_commit !== r.base_commit).map((r) => [git.resolve(r.environment_setup_commit), git.resolve(r.base_commit)]),
+    );
+    return index.get(git.resolve(record.base_commit));
+  };
+}
+
 /** The bug: what base_commit changes relative to the environment's commit. */
-function overlayOf(record: SweBenchRecord, repo: RepoRef, where: string): Tree {
+function overlayOf(record: SweBenchRecord, repo: RepoRef, where: string, index?: OverlayIndex): Tree {
   if (repo.kind !== "git" || !record.environment_setup_commit || record.environment_setup_commit === record.base_commit) return new Map();
-  const git = new GitRepo(repo.path);
-  const changes = git.changes(record.environment_setup_commit, record.base_commit);
+  const git = GitRepo.at(repo.path);
+  const hit = index?.(record);
+  const changes = hit?.changes ?? git.changes(record.environment_setup_commit, record.base_commit);
   const deleted = changes.filter((c) => c.status === "D");
   if (deleted.length) {
     throw new TaskSourceError(where, "base_commit", `deletes ${deleted.length} file(s) present at environment_setup_commit (${deleted[0]!.path}); only additions and changes can be laid over the environment`);
   }
-  return git.files(record.base_commit, changes.map((c) => c.path));
+  return hit?.files ?? git.files(record.base_commit, changes.map((c) => c.path));
 }
 
 /** The test_patch's result on the files it touches, written at grading only. */
@@ -125,7 +141,7 @@ async function gradingFilesOf(record: SweBenchRecord, repo: RepoRef, overlay: Tr
   if (!record.test_patch.trim()) return new Map();
   const paths = patchedPaths(record.test_patch);
   let base: Tree;
-  if (repo.kind === "git") base = new GitRepo(repo.path).files(record.base_commit, paths);
+  if (repo.kind === "git") base = GitRepo.at(repo.path).files(record.base_commit, paths);
   else base = await archiveFiles(repo.path, new Set(paths));
   for (const p of paths) if (overlay.has(p)) base.set(p, overlay.get(p)!);
   return applyPatch(base, record.test_patch, `${where}: test_patch`);
@@ -134,10 +150,10 @@ async function gradingFilesOf(record: SweBenchRecord, repo: RepoRef, overlay: Tr
 const toTar = (t: Tree) => [...t].map(([path, f]) => ({ path, content: f.content, mode: f.executable ? 0o755 : 0o644 }));
 
 /** The runnable definition of one record; `where` names the record in errors. */
-export async function materializeRecord(record: SweBenchRecord, repo: RepoRef, cacheDir: string, where: string): Promise<TaskDefinition> {
+export async function materializeRecord(record: SweBenchRecord, repo: RepoRef, cacheDir: string, where: string, index?: OverlayIndex): Promise<TaskDefinition> {
   if (repo.kind === "git" && !existsSync(repo.path)) throw new TaskRepoError(where, "repo", `${repo.path} is gone`);
   const env = envDir(cacheDir, record, repo);
-  const overlay = overlayOf(record, repo, where);
+  const overlay = overlayOf(record, repo, where, index);
   const grading = await gradingFilesOf(record, repo, overlay, where);
   const lego = record.lego ?? {};
   const named = [...record.FAIL_TO_PASS, ...record.PASS_TO_PASS];

@@ -11,7 +11,7 @@ import { dirname, join, resolve } from "node:path";
 import type { TasksConfig } from "./config.ts";
 import { TaskRepoError, TaskSourceError } from "./errors.ts";
 import { isGitRepo } from "./git.ts";
-import { materializeRecord, type RepoRef } from "./materialize.ts";
+import { materializeRecord, overlayIndex, type RepoRef } from "./materialize.ts";
 import { builtinSuite, easySuite, parseSuiteSpec } from "./suites.ts";
 import { parseSweBenchJsonl, type SweBenchRecord } from "./swebench.ts";
 import { once, type Split, type Task } from "./task.ts";
@@ -54,10 +54,19 @@ export function locateRepo(record: SweBenchRecord, roots: string[], where: strin
 
 /** Tasks of SWE-bench records whose repositories are under `roots`. */
 export function recordTasks(records: SweBenchRecord[], source: string, roots: string[], cfg: TasksConfig): Task[] {
+  const located = new Map<SweBenchRecord, RepoRef>();
+  const byRepo = new Map<string, SweBenchRecord[]>();
+  for (const record of records) {
+    if (record.lego?.harbor) continue;
+    const repo = locateRepo(record, roots, `${source}: ${record.instance_id}`);
+    located.set(record, repo);
+    if (repo.kind === "git") byRepo.set(repo.path, [...(byRepo.get(repo.path) ?? []), record]);
+  }
+  const indexes = new Map([...byRepo].map(([path, recs]) => [path, overlayIndex(path, recs)]));
   return records.map((record) => {
     const where = `${source}: ${record.instance_id}`;
     if (record.lego?.harbor) return harborFromRecord(record, source, cfg);
-    const repo = locateRepo(record, roots, where);
+    const repo = located.get(record)!;
     return {
       id: record.instance_id,
       source,
@@ -66,7 +75,7 @@ export function recordTasks(records: SweBenchRecord[], source: string, roots: st
       passToPass: record.PASS_TO_PASS,
       record,
       repo,
-      definition: once(() => materializeRecord(record, repo, cfg.cacheDir, where)),
+      definition: once(() => materializeRecord(record, repo, cfg.cacheDir, where, indexes.get(repo.path))),
     };
   });
 }
