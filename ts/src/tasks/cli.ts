@@ -175,5 +175,8 @@ export const evalCommand: LegoCommand = {
     if (a.report) writeFileSync(a.report as string, `${JSON.stringify(report, null, 1)}\n`);
     if (a["keep-mixed"]) writeFileSync(a["keep-mixed"] as string, `${JSON.stringify(mixedTaskList(report), null, 1)}\n`);
     print(report);
+    // --oracle and --empty check the suite: every task must score 1 (resp. 0) through the real stages.
+    const want = a.oracle ? 1 : a.empty ? 0 : undefined;
+    if (want !== undefined && report.rows.some((r) => r.status !== "ok" || r.reward !== want)) process.exitCode = 1;
   },
 };
