@@ -72,7 +72,9 @@ export class HealthStore {
   }
 }
 
-export function summarize(o: RolloutOutcome, ms: number): RolloutSummary {
+/** `ms` is the rollout's own stage time (setup + agent + grading), not time spent queued behind other rollouts. */
+export function summarize(o: RolloutOutcome): RolloutSummary {
+  const ms = Object.values(o.timingsMs).reduce((a, b) => a + (b ?? 0), 0);
   return {
     status: o.status,
     reward: o.reward,
@@ -84,12 +86,11 @@ export function summarize(o: RolloutOutcome, ms: number): RolloutSummary {
 
 /** One rollout of `task` with `launcher`'s agent, through the runner's stages. */
 export async function runRollout(runner: RolloutRunner, launcher: AgentLauncher, task: Task, def: TaskDefinition, image: string, rolloutId: string): Promise<RolloutSummary> {
-  const t0 = performance.now();
   const agent = await launcher.start(task, def, rolloutId);
   let outcome: RolloutOutcome | undefined;
   try {
     outcome = await runner.run({ task: def, image, rolloutId, agent: agent.program, proxySocket: agent.proxySocket, engineFault: agent.engineFault });
-    return summarize(outcome, performance.now() - t0);
+    return summarize(outcome);
   } finally {
     if (agent.finish && outcome) await agent.finish(outcome);
   }
