@@ -4,7 +4,7 @@ export { DEFAULT_LIMITS, LABEL } from "./types.ts";
 export { SandboxEnvError, TaskFormatError, isSandboxEnvError } from "./errors.ts";
 export { DEFAULT_BASE, baseImageTag, ensureBaseImage, type BaseImageSpec } from "./base-image.ts";
 export { ensureTaskImage, taskImageTag, type TaskImage } from "./task-image.ts";
-export { DEFAULT_TASK_CONFIG, loadTask, readTaskConfig, type TaskConfig, type TaskDefinition, type WorkspaceOverlay } from "./task.ts";
+export { DEFAULT_TASK_CONFIG, loadTask, namedTests, readTaskConfig, type TaskConfig, type TaskDefinition, type WorkspaceOverlay } from "./task.ts";
 export { Sandbox, type ExecOptions, type ExecResult, type SandboxSpec } from "./container.ts";
 export { AgentSandbox, type RuntimeMount } from "./agent-sandbox.ts";
 export { WarmPool, type WarmPoolConfig } from "./warm-pool.ts";

@@ -65,6 +65,8 @@ env = { FAST = "1" }
 protected_paths = ["data/golden.json"]
 needs_git_history = false
 verdict_plugin = true
+fail_to_pass = ["tests/test_dates.py::test_parse[2024-01-01]"]
+pass_to_pass = ["tests/test_dates.py::test_format", 'tests/test_dates.py::test_tz["UTC"]']
 
 [some_future_table]
 anything = { nested = [1, 2, 3] }
@@ -117,6 +119,8 @@ describe("a Harbor 0.26 task directory", () => {
       protectedPaths: ["data/golden.json"],
       needsGitHistory: false,
       verdictPlugin: true,
+      failToPass: ["tests/test_dates.py::test_parse[2024-01-01]"],
+      passToPass: ["tests/test_dates.py::test_format", 'tests/test_dates.py::test_tz["UTC"]'],
     });
     expect(t.environment).toEqual({ kind: "dockerfile", dir: join(dir, "environment") });
     expect(t.testsDir).toBe(join(dir, "tests"));

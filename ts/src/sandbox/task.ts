@@ -32,6 +32,19 @@ export interface TaskConfig {
    * verifier whose pytest runs on an interpreter other than the image's python3.
    */
   verdictPlugin: boolean;
+  /**
+   * SWE-bench's FAIL_TO_PASS ([lego] fail_to_pass): pytest node ids that fail
+   * before the fix and must pass after it. Generated verifiers (ts/src/tasks)
+   * run exactly these and PASS_TO_PASS.
+   */
+  failToPass: string[];
+  /** SWE-bench's PASS_TO_PASS ([lego] pass_to_pass): node ids that passed before and must still pass. */
+  passToPass: string[];
+}
+
+/** Every test the task names, in the order given (fail_to_pass first). Empty: the task names none. */
+export function namedTests(config: TaskConfig): string[] {
+  return [...new Set([...config.failToPass, ...config.passToPass])];
 }
 
 export const DEFAULT_TASK_CONFIG: TaskConfig = {
@@ -41,6 +54,8 @@ export const DEFAULT_TASK_CONFIG: TaskConfig = {
   protectedPaths: [],
   needsGitHistory: true,
   verdictPlugin: true,
+  failToPass: [],
+  passToPass: [],
 };
 
 /**
@@ -189,6 +204,8 @@ export function readTaskConfig(text: string, taskDir: string): { doc: Record<str
       protectedPaths: f.strings("lego", "protected_paths"),
       needsGitHistory: f.bool("lego", "needs_git_history", d.needsGitHistory),
       verdictPlugin: f.bool("lego", "verdict_plugin", d.verdictPlugin),
+      failToPass: f.strings("lego", "fail_to_pass"),
+      passToPass: f.strings("lego", "pass_to_pass"),
     },
   };
 }
