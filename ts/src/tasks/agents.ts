@@ -5,7 +5,7 @@
  * the empty agent need nothing. Harness adapters (ts/src/harness/) register a
  * factory here under their name, so `--harness H --engine E` finds them.
  */
-import { oracleProgram, type AgentProgram, type RolloutOutcome, type TaskDefinition } from "../sandbox/index.ts";
+import { oracleProgram, type AgentProgram, type RolloutOutcome, type RolloutRunnerConfig, type TaskDefinition } from "../sandbox/index.ts";
 import { TaskSourceError } from "./errors.ts";
 import type { Task } from "./task.ts";
 
@@ -16,6 +16,8 @@ export interface AgentRollout {
   proxySocket?: string;
   /** The proxy session's report of an inference-engine failure (see RolloutRequest.engineFault). */
   engineFault?: () => string | undefined;
+  /** Overrides the task's [agent] timeout_sec (a harness's own wall-clock limit). */
+  agentTimeoutSec?: number;
   /** Called once the rollout ended: close the session, return what the harness reported (turns, tool calls). */
   finish?: (outcome: RolloutOutcome) => Promise<Record<string, unknown> | void>;
 }
@@ -23,6 +25,8 @@ export interface AgentRollout {
 export interface AgentLauncher {
   /** Shown in reports: `oracle`, `empty`, `reference/scripted-gold`. */
   readonly name: string;
+  /** What the rollout runner needs for this agent, e.g. the harness runtimes to mount; `lego eval` merges it into its runner. */
+  readonly runner?: Partial<RolloutRunnerConfig>;
   start(task: Task, def: TaskDefinition, rolloutId: string): Promise<AgentRollout>;
   close?(): Promise<void>;
 }

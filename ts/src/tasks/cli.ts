@@ -163,7 +163,7 @@ export const evalCommand: LegoCommand = {
       tasks = h.healthy;
     }
     const launcher: AgentLauncher = a.oracle ? oracleAgent : a.empty ? emptyAgent : await harnessLauncher({ harness: a.harness as string, engine: a.engine as string });
-    const runner = await RolloutRunner.create({ concurrency: a.concurrency as number, warmPoolSize: a["warm-pool"] as number });
+    const runner = await RolloutRunner.create({ ...launcher.runner, concurrency: a.concurrency as number, warmPoolSize: a["warm-pool"] as number });
     let report;
     try {
       report = await evaluate(tasks, a.tasks as string, runner, launcher, { k: a.k as number, log: progress, onRow: (r) => progress(`${r.task} #${r.sample}: ${r.status} reward=${r.reward} ${(r.ms / 1000).toFixed(1)}s`) });

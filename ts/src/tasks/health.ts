@@ -89,7 +89,15 @@ export async function runRollout(runner: RolloutRunner, launcher: AgentLauncher,
   const agent = await launcher.start(task, def, rolloutId);
   let outcome: RolloutOutcome | undefined;
   try {
-    outcome = await runner.run({ task: def, image, rolloutId, agent: agent.program, proxySocket: agent.proxySocket, engineFault: agent.engineFault });
+    outcome = await runner.run({
+      task: def,
+      image,
+      rolloutId,
+      agent: agent.program,
+      proxySocket: agent.proxySocket,
+      engineFault: agent.engineFault,
+      ...(agent.agentTimeoutSec !== undefined ? { agentTimeoutSec: agent.agentTimeoutSec } : {}),
+    });
     return summarize(outcome);
   } finally {
     if (agent.finish && outcome) await agent.finish(outcome);
