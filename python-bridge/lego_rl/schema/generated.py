@@ -20,6 +20,10 @@ TrajectoryStatus: TypeAlias = Literal["ok", "agent_error", "timeout", "env_error
 """How a rollout ended. Only `ok` carries a reward that may train; `env_error` never trains."""
 TRAJECTORY_STATUS_VALUES: tuple[str, ...] = ("ok", "agent_error", "timeout", "env_error",)
 
+DefenseFlag: TypeAlias = Literal["tampered_test_path", "network_attempt", "git_history_probe", "grader_spoofing", "timeout", "write_outside_workspace", "resource_limit", "shadowed_module", "grader_tampering", "pathological_tree", "unfinished_test_session"]
+"""A sandbox defense that fired during a rollout (docs/sandbox.md lists what raises each). A flagged rollout is visible to monitoring; most flags also mean reward 0."""
+DEFENSE_FLAG_VALUES: tuple[str, ...] = ("tampered_test_path", "network_attempt", "git_history_probe", "grader_spoofing", "timeout", "write_outside_workspace", "resource_limit", "shadowed_module", "grader_tampering", "pathological_tree", "unfinished_test_session",)
+
 FinishReason: TypeAlias = Literal["stop", "length", "abort", "error"]
 """Why the engine stopped generating a turn."""
 FINISH_REASON_VALUES: tuple[str, ...] = ("stop", "length", "abort", "error",)
@@ -166,7 +170,7 @@ class Trajectory:
     attempt: int
     """0 for the first try; env_error retries count up."""
     defense_flags: list[str]
-    """Defenses that fired (tampered_test_path, network_attempt, ...)."""
+    """Defenses that fired: DefenseFlag values, sorted."""
     error: str | None
     """What went wrong, for env_error / agent_error."""
     metrics: TrajectoryMetrics

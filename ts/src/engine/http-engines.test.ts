@@ -24,7 +24,7 @@ async function serve(handler: Handler): Promise<{ url: string; bodies: Array<Rec
     let text = "";
     req.on("data", (d) => (text += d));
     req.on("end", () => {
-      const body = JSON.parse(text) as Record<string, unknown>;
+      const body = (text === "" ? {} : JSON.parse(text)) as Record<string, unknown>;
       bodies.push({ path: req.url, ...body });
       handler(body, req, res);
     });
@@ -134,6 +134,16 @@ describe("vLLM client", () => {
   it("turns an HTTP error into an EngineError naming the status", async () => {
     const { url } = await serve((_b, _req, res) => res.writeHead(400).end('{"error":"prompt too long"}'));
     await expect(collect(new VllmEngine({ baseUrl: url, model: "m" }))).rejects.toThrow(/answered 400: \{"error":"prompt too long"\}/);
+  });
+
+  it("reads the context window from the served model's max_model_len unless the config names one", async () => {
+    const { url, bodies } = await serve((_b, _req, res) =>
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ object: "list", data: [{ id: "other", max_model_len: 8192 }, { id: "m", object: "model", max_model_len: 32768 }] })),
+    );
+    expect(await new VllmEngine({ baseUrl: url, model: "m" }).contextWindow()).toBe(32768);
+    expect(await new VllmEngine({ baseUrl: url, model: "unlisted" }).contextWindow()).toBeNull();
+    expect(await new VllmEngine({ baseUrl: url, model: "m", contextWindow: 4096 }).contextWindow()).toBe(4096);
+    expect(bodies.map((b) => b["path"])).toEqual(["/v1/models", "/v1/models"]);
   });
 
   it("aborts the HTTP request when the signal fires", async () => {

@@ -30,8 +30,13 @@ export interface ScriptedEngineConfig {
   endOfTurnId: number;
   /** Tokens per streamed chunk. */
   chunkSize?: number;
-  /** MoE shape of the fake routing; omit for a dense model (routing null). */
-  moe?: { layers: number; topK: number; experts: number };
+  /**
+   * MoE shape of the fake routing; omit for a dense model (routing null). With `inputRows`
+   * the routing arrives as real engines report it, one row per token fed as input: the
+   * prompt's rows (prefill) on the first chunk, and none for the last sampled token
+   * (`routing_recorded` 0). Otherwise every sampled token has a row and the prompt none.
+   */
+  moe?: { layers: number; topK: number; experts: number; inputRows?: boolean };
   policyVersion?: number;
   /** Keep a copy of every prompt in `prompts` (default true; benchmarks turn it off so the copies do not pile up). */
   recordPrompts?: boolean;
@@ -42,6 +47,14 @@ export interface ScriptedEngineConfig {
    * whole decode time.
    */
   decodeMsPerToken?: number;
+  /**
+   * Context window (prompt + completion tokens at most). A prompt at least this long is
+   * refused with an EngineError carrying a rejection, as a real engine refuses it; a
+   * completion stops at the window with "length". Omit for no limit.
+   */
+  contextWindow?: number;
+  /** Whether `contextWindow()` reports the window (default true); false lets tests reach the engine's own refusal. */
+  reportsContextWindow?: boolean;
 }
 
 export class ScriptedEngine implements EngineClient {
@@ -56,17 +69,27 @@ export class ScriptedEngine implements EngineClient {
     return this.calls;
   }
 
+  async contextWindow(): Promise<number | null> {
+    return this.config.reportsContextWindow === false ? null : (this.config.contextWindow ?? null);
+  }
+
   async *generate(req: GenerateRequest, signal?: AbortSignal): AsyncIterable<GenerateChunk> {
     const index = this.calls++;
     if (this.config.recordPrompts !== false) this.prompts.push(Int32Array.from(req.prompt_ids));
+    const window = this.config.contextWindow;
+    if (window !== undefined && req.prompt_ids.length >= window)
+      throw new EngineError(this.name, `prompt of ${req.prompt_ids.length} tokens does not fit the context of ${window}`, {
+        rejection: { field: "prompt_ids", promptTokens: req.prompt_ids.length, contextWindow: window },
+      });
     const reply = this.replyFor({ index, prompt_ids: req.prompt_ids });
     const finishByScript = reply.finish ?? "stop";
     // A copy: `encode` may hand out a cached array (the proxy tokenizer does), which must not grow an end-of-turn id per call.
     let ids = "text" in reply ? this.config.encode(reply.text).slice() : reply.token_ids.slice();
     if ("text" in reply && finishByScript === "stop") ids.push(this.config.endOfTurnId);
     let finish: "stop" | "length" = finishByScript;
-    if (ids.length > req.sampling.max_tokens) {
-      ids = ids.slice(0, req.sampling.max_tokens);
+    const room = Math.min(req.sampling.max_tokens, window === undefined ? Infinity : window - req.prompt_ids.length);
+    if (ids.length > room) {
+      ids = ids.slice(0, room);
       finish = "length";
     }
     const stop = new Set(req.sampling.stop_token_ids);
@@ -89,13 +112,23 @@ export class ScriptedEngine implements EngineClient {
       else await Promise.resolve();
       if (signal?.aborted) throw new EngineAbortedError(this.name, req.request_id);
       const last = start + size >= ids.length;
-      yield {
+      const chunk: GenerateChunk = {
         token_ids: part,
         logprobs: part.map((t, i) => fakeLogprob(promptLen + start + i, t)),
         routing: this.fakeRouting(part, promptLen + start),
         policy_version: this.config.policyVersion ?? 0,
         finish_reason: last ? finish : null,
       };
+      if (this.config.moe?.inputRows) {
+        if (start === 0) chunk.prompt_routing = this.fakeRouting(Array.from(req.prompt_ids), 0);
+        if (last && chunk.routing && part.length > 0) {
+          // The last sampled token is never fed back: its row is padding.
+          const width = this.config.moe.layers * this.config.moe.topK;
+          chunk.routing.fill(0, (part.length - 1) * width);
+          chunk.routing_recorded = new Uint8Array(part.length).fill(1, 0, part.length - 1);
+        }
+      }
+      yield chunk;
       if (last) break;
     }
   }
@@ -110,6 +143,7 @@ export class ScriptedEngine implements EngineClient {
     return reply;
   }
 
+  /** Deterministic experts of tokens `ids` at positions `position`, `position + 1`, ... */
   private fakeRouting(ids: number[], position: number): Routing | null {
     const moe = this.config.moe;
     if (!moe) return null;

@@ -19,6 +19,8 @@ export interface SglangEngineConfig {
   /** MoE routing shape; set to request `return_routed_experts`. */
   routing?: { layers: number; topK: number };
   policyVersion?: () => number;
+  /** Prompt + completion tokens the server takes at most (its `--context-length`); omit when unknown. */
+  contextWindow?: number;
 }
 
 export class SglangEngine implements EngineClient {
@@ -72,6 +74,10 @@ export class SglangEngine implements EngineClient {
       chunk.prompt_routing = promptRouting;
     }
     yield chunk;
+  }
+
+  async contextWindow(): Promise<number | null> {
+    return this.config.contextWindow ?? null;
   }
 
   async close(): Promise<void> {}

@@ -57,19 +57,45 @@ export interface EngineClient {
   readonly name: string;
   /** Streams the completion. Aborting `signal` stops the engine-side request; the iterator then throws `EngineAbortedError`. */
   generate(req: GenerateRequest, signal?: AbortSignal): AsyncIterable<GenerateChunk>;
+  /**
+   * Prompt + completion tokens the served model takes at most (a prompt must be shorter,
+   * leaving room for one sampled token); null when the engine does not say. The proxy
+   * refuses longer prompts itself and clamps `max_tokens` to what is left.
+   */
+  contextWindow?(): Promise<number | null>;
   close(): Promise<void>;
 }
 
-/** The engine could not serve a request (bad response, HTTP error, transport down). */
+/**
+ * Why an engine refused a request for a value its caller chose: retrying it unchanged
+ * fails the same way, so the proxy answers the harness with a 400, not a 5xx.
+ */
+export interface EngineRejection {
+  /** The request field at fault: the prompt (too long for the context) or a sampling setting. */
+  field: "prompt_ids" | "sampling.temperature" | "sampling.top_p" | "sampling.seed";
+  /** For a prompt that does not fit: its length and the context window. */
+  promptTokens?: number;
+  contextWindow?: number;
+}
+
+/** The engine could not serve a request (bad response, HTTP error, transport down), or refused it (`rejection`). */
 export class EngineError extends Error {
+  /** Set when the engine refused the request for a value the caller chose. */
+  readonly rejection: EngineRejection | null;
   constructor(
     readonly engine: string,
     message: string,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; rejection?: EngineRejection | null },
   ) {
     super(`${engine} engine: ${message}`, options);
     this.name = "EngineError";
+    this.rejection = options?.rejection ?? null;
   }
+}
+
+/** A refusal the caller can fix (see EngineRejection), recognised by type rather than by message. */
+export function isEngineRejection(e: unknown): e is EngineError & { rejection: EngineRejection } {
+  return e instanceof EngineError && e.rejection !== null;
 }
 
 /** The caller aborted the request (client disconnect). */

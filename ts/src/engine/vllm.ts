@@ -17,6 +17,9 @@
  * it), so a routed call is sent with `stream: false` and yields one chunk.
  * Rows [0, prompt) become `prompt_routing`; the last sampled token has no row
  * (padding, `routing_recorded` 0), as with SGLang.
+ *
+ * Context window: `contextWindow` in the config, else the served model's
+ * `max_model_len` from `GET /v1/models` (vLLM's model cards carry it).
  */
 import { flattenRouting, parseJson, postJson, sseData } from "./http.ts";
 import { EngineAbortedError, EngineError, type EngineClient, type GenerateChunk, type GenerateRequest } from "./types.ts";
@@ -33,6 +36,8 @@ export interface VllmEngineConfig {
   routing?: boolean;
   /** Weight version of the served policy (vLLM does not know it). */
   policyVersion?: () => number;
+  /** Prompt + completion tokens at most; omit to read `max_model_len` from `GET /v1/models`. */
+  contextWindow?: number;
 }
 
 type Choice = Record<string, unknown>;
@@ -87,6 +92,23 @@ export class VllmEngine implements EngineClient {
       if (finish) return;
     }
     throw new EngineError(this.name, `stream of ${req.request_id} ended without a finish_reason`);
+  }
+
+  /** The config's window, else the served model's `max_model_len` (null when the server names none). */
+  async contextWindow(): Promise<number | null> {
+    if (this.config.contextWindow !== undefined) return this.config.contextWindow;
+    const headers: Record<string, string> = this.config.apiKey ? { authorization: `Bearer ${this.config.apiKey}` } : {};
+    let res: Response;
+    try {
+      res = await fetch(`${this.config.baseUrl}/v1/models`, { headers });
+    } catch (e) {
+      throw new EngineError(this.name, `GET ${this.config.baseUrl}/v1/models failed: ${(e as Error).message}`, { cause: e });
+    }
+    if (!res.ok) throw new EngineError(this.name, `GET ${this.config.baseUrl}/v1/models answered ${res.status}`);
+    const cards = (parseJson(this.name, await res.text())["data"] ?? []) as Array<Record<string, unknown>>;
+    const card = cards.find((c) => c["id"] === this.config.model) ?? (cards.length === 1 ? cards[0] : undefined);
+    const len = card?.["max_model_len"];
+    return typeof len === "number" && Number.isInteger(len) && len > 0 ? len : null;
   }
 
   async close(): Promise<void> {}

@@ -128,6 +128,18 @@ describe("ZmqEngine", () => {
     // The engine keeps serving.
     expect((await collect(engine.generate(request("after-errors", [1, 2], 2)))).at(-1)!.finish_reason).toBe("length");
   });
+
+  it("marks refusals the caller can fix (a prompt over max_context, top_p 0) as rejections, by field and length", async () => {
+    const errorOf = (stream: AsyncIterable<GenerateChunk>) => collect(stream).then(() => new Error("the request unexpectedly succeeded"), (e: unknown) => e);
+    expect(await engine.contextWindow()).toBe(4096);
+    const long = await errorOf(engine.generate(request("long-1", new Array<number>(4096).fill(7), 2)));
+    expect(long).toBeInstanceOf(EngineRequestError);
+    expect(long).toMatchObject({ code: "invalid_request", field: "prompt_token_ids", rejection: { field: "prompt_ids", promptTokens: 4096, contextWindow: 4096 } });
+    const topP = await errorOf(engine.generate({ ...request("top-p-0", [1, 2], 2), sampling: { ...request("x", [], 2).sampling, top_p: 0 } }));
+    expect(topP).toMatchObject({ code: "invalid_request", field: "sampling.top_p", rejection: { field: "sampling.top_p" } });
+    // An id outside the vocabulary is the proxy's fault (a tokenizer that does not fit the model), not the caller's.
+    expect(await errorOf(engine.generate(request("oov-1", [1, 300], 2)))).toMatchObject({ field: "prompt_token_ids", rejection: null });
+  });
 });
 
 describe("the proxy in front of the Python engine", () => {
@@ -148,6 +160,38 @@ describe("the proxy in front of the Python engine", () => {
       expect(turn.routing!.length).toBe(turn.completion_ids.length * LAYERS * TOP_K);
       expect(turn.prompt_routing!.length).toBe(turn.prompt_ids.length * LAYERS * TOP_K);
       expect(records.segments[0]!.routing_recorded).not.toBeNull();
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
+describe("routing coverage with the Python engine", () => {
+  it("records a routing row for every token of a multi-turn segment but its last: each turn's last token from the next prefill", async () => {
+    const model = loadProxyModel(join(dir, MODEL));
+    const proxy = await ProxyServer.start({ model, engine, servedModels: [MODEL] });
+    try {
+      const session = proxy.createSession();
+      const client = new OpenAI({ baseURL: `${session.baseUrl}/v1`, apiKey: session.secret, maxRetries: 0 });
+      const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "hi" }];
+      for (let turn = 0; turn < 3; turn++) {
+        const reply = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 6, temperature: 0 });
+        messages.push({ role: "assistant", content: reply.choices[0]!.message.content ?? "" }, { role: "user", content: `and ${turn}?` });
+      }
+      const records = proxy.closeSession(session.id);
+      expect(records.segments.map((s) => [s.seal_reason, s.turns.length])).toEqual([["finished", 3]]);
+      const [seg] = records.segments;
+      // The engine reports no row for a turn's last sampled token ...
+      for (const t of records.turns) expect(t.routing!.subarray((t.completion_ids.length - 1) * LAYERS * TOP_K).every((v) => v === 0)).toBe(true);
+      // ... and the segment has one for every token the trainer feeds.
+      expect(records.routing_coverage).toEqual([{ segment_id: seg!.segment_id, thread_id: "main", rows_needed: seg!.token_ids.length - 1, rows_recorded: seg!.token_ids.length - 1, coverage: 1 }]);
+      // A filled row is what the next turn's prefill computed for that position.
+      const width = LAYERS * TOP_K;
+      for (const [i, span] of seg!.turns.slice(0, -1).entries()) {
+        const p = span.completion_end - 1;
+        const next = records.turns[i + 1]!;
+        expect(Array.from(seg!.routing!.subarray(p * width, (p + 1) * width))).toEqual(Array.from(next.prompt_routing!.subarray(p * width, (p + 1) * width)));
+      }
     } finally {
       await proxy.close();
     }

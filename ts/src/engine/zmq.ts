@@ -17,7 +17,10 @@
  *    iterator throws EngineAbortedError; an Error reply becomes EngineRequestError
  *    (`engine_failure` when a decode step failed under the request; the engine
  *    has already dropped it, so the Abort sent on the way out is answered with an
- *    unknown_request that nobody waits for).
+ *    unknown_request that nobody waits for). An `invalid_request` for a value the
+ *    proxy's caller chose carries a `rejection` (types.ts): a temperature, top_p or
+ *    seed the engine refuses, or a prompt at least `max_context` long (told apart
+ *    from a prompt id outside the vocabulary by its length, not by the message).
  * 5. Weights may change under a running request (schema 1.2: a trainer sends
  *    update_weights on its own socket): each chunk carries the version that
  *    sampled it and the last chunk the oldest. This client never sends
@@ -27,7 +30,7 @@ import { Dealer } from "zeromq";
 import { decodeControl, encodeControl } from "../schema/control-codec.ts";
 import { SCHEMA_VERSION, type ControlMessage, type EngineInfo, type GenerateResult, type TokenChunk } from "../schema/generated.ts";
 import type { Routing } from "../proxy/records.ts";
-import { EngineAbortedError, EngineError, type EngineClient, type GenerateChunk, type GenerateRequest } from "./types.ts";
+import { EngineAbortedError, EngineError, type EngineClient, type EngineRejection, type GenerateChunk, type GenerateRequest } from "./types.ts";
 
 export interface ZmqEngineConfig {
   /** Endpoint the engine bound, e.g. tcp://127.0.0.1:5556 (its "listening" line prints it). */
@@ -49,10 +52,23 @@ export class EngineRequestError extends EngineError {
     readonly requestId: string | null,
     readonly field: string | null,
     detail: string,
+    rejection: EngineRejection | null = null,
   ) {
-    super("zmq", `${code}${requestId ? ` (request ${requestId})` : ""}: ${detail}`);
+    super("zmq", `${code}${requestId ? ` (request ${requestId})` : ""}: ${detail}`, { rejection });
     this.name = "EngineRequestError";
   }
+}
+
+/** The engine's `invalid_request` fields that name a value the proxy's caller chose. */
+const CALLER_FIELDS = new Set(["sampling.temperature", "sampling.top_p", "sampling.seed"]);
+
+/** What an Error frame says the caller can fix, if anything (module doc, point 4). */
+function rejectionOf(code: string, field: string | null, promptTokens: number, info: EngineInfo | null): EngineRejection | null {
+  if (code !== "invalid_request" || field === null) return null;
+  if (CALLER_FIELDS.has(field)) return { field: field as EngineRejection["field"] };
+  if (field === "prompt_token_ids" && info !== null && promptTokens >= info.max_context)
+    return { field: "prompt_ids", promptTokens, contextWindow: info.max_context };
+  return null;
 }
 
 export function isEngineRequestError(e: unknown): e is EngineRequestError {
@@ -65,6 +81,8 @@ type Reply = TokenChunk | GenerateResult | { kind: "failed"; error: Error };
 class ReplyQueue {
   private readonly items: Reply[] = [];
   private waiter: ((r: Reply) => void) | null = null;
+
+  constructor(readonly promptTokens: number) {}
 
   push(reply: Reply): void {
     if (this.waiter) {
@@ -99,6 +117,8 @@ export class ZmqEngine implements EngineClient {
   private readonly infoWaiters: InfoWaiter[] = [];
   private sendTail: Promise<void> = Promise.resolve();
   private firstInfo: Promise<EngineInfo> | null = null;
+  /** The first EngineInfo once it has arrived. */
+  private info: EngineInfo | null = null;
   private closed = false;
   /** Replies that named no request this client is waiting for (late results of aborted requests, stray errors). */
   unrouted = 0;
@@ -124,7 +144,7 @@ export class ZmqEngine implements EngineClient {
     const id = req.request_id;
     if (this.streams.has(id)) throw new EngineError(this.name, `request ${id} is already running on this client`);
     if (signal?.aborted) throw new EngineAbortedError(this.name, id);
-    const queue = new ReplyQueue();
+    const queue = new ReplyQueue(req.prompt_ids.length);
     this.streams.set(id, queue);
     let abortSent = false;
     let finished = false;
@@ -175,6 +195,11 @@ export class ZmqEngine implements EngineClient {
     }
   }
 
+  /** The engine's `max_context` (EngineInfo): prompt + completion at most. */
+  async contextWindow(): Promise<number> {
+    return (await this.ready()).max_context;
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
@@ -197,6 +222,7 @@ export class ZmqEngine implements EngineClient {
         timer.unref();
       });
       this.firstInfo = Promise.race([this.engineInfo(), timeout]).finally(() => clearTimeout(timer));
+      this.firstInfo.then((info) => (this.info = info)).catch(() => undefined);
       // A failed hello is retried by the next call rather than cached forever.
       this.firstInfo.catch(() => (this.firstInfo = null));
     }
@@ -265,8 +291,10 @@ export class ZmqEngine implements EngineClient {
       case "generate_result":
         return this.route(message.request_id, message);
       case "error": {
-        const error = new EngineRequestError(message.code, message.request_id, message.field, message.message);
-        if (message.request_id !== null && this.streams.has(message.request_id)) return this.route(message.request_id, { kind: "failed", error });
+        const queue = message.request_id === null ? undefined : this.streams.get(message.request_id);
+        const rejection = queue ? rejectionOf(message.code, message.field, queue.promptTokens, this.info) : null;
+        const error = new EngineRequestError(message.code, message.request_id, message.field, message.message, rejection);
+        if (queue) return queue.push({ kind: "failed", error });
         // This client sends only hellos without a request id, so an unattributed error answers the oldest hello.
         const waiter = message.request_id === null ? this.infoWaiters.shift() : undefined;
         if (waiter) waiter.reject(error);

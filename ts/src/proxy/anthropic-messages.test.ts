@@ -81,6 +81,35 @@ describe("Anthropic messages through the official client", () => {
     expect(qwen3().tokenizer.decode(engine.prompts[0]!)).toContain("<|im_start|>system\nnote<|im_end|>\n<|im_start|>user\nc");
   });
 
+  it("continues an assistant prefill instead of closing it, and the echo of prefill + reply extends the segment", async () => {
+    const { client, engine, session, proxy } = await setup([{ text: ' 42, "b": 7}' }, { text: "You are welcome." }]);
+    const messages: Anthropic.MessageParam[] = [
+      { role: "user", content: "Answer in JSON." },
+      { role: "assistant", content: '{"a":' },
+    ];
+    const first = await client.messages.create({ model: MODEL_NAME, max_tokens: 50, messages });
+    // Only the continuation comes back, as from the API.
+    expect(first.content).toEqual([{ type: "text", text: ' 42, "b": 7}' }]);
+    expect(qwen3().tokenizer.decode(engine.prompts[0]!)).toBe('<|im_start|>user\nAnswer in JSON.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n{"a":');
+    await client.messages.create({
+      model: MODEL_NAME,
+      max_tokens: 50,
+      messages: [messages[0]!, { role: "assistant", content: '{"a": 42, "b": 7}' }, { role: "user", content: "Thanks." }],
+    });
+    const records = proxy.closeSession(session.id);
+    expect(records.segments.map((s) => [s.seal_reason, s.turns.length])).toEqual([["finished", 2]]);
+    expect(qwen3().tokenizer.decode(records.segments[0]!.token_ids)).toContain('{"a": 42, "b": 7}<|im_end|>\n<|im_start|>user\nThanks.');
+  });
+
+  it("refuses a prefill that ends in whitespace, as the API does", async () => {
+    const { client } = await setup([]);
+    const err = await client.messages.create({ model: MODEL_NAME, max_tokens: 5, messages: [{ role: "user", content: "x" }, { role: "assistant", content: "Sure, " }] }).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(Anthropic.BadRequestError);
+  });
+
   it("counts tokens", async () => {
     const { client } = await setup([]);
     const n = await client.messages.countTokens({ model: MODEL_NAME, messages: [{ role: "user", content: "Hi" }] });

@@ -10,17 +10,37 @@
  * System blocks join into one system message; a `role:"system"` message in the
  * middle of the conversation (Claude Code) stays a system message in place;
  * `cache_control` markers are accepted and ignored.
+ *
+ * Deferred tools (Anthropic docs "Tool search tool"): a tool with
+ * `defer_loading: true` is declared but kept out of the prompt, until a tool
+ * result references it with a `tool_reference` block (Claude Code's ToolSearch
+ * returns them). The API expands each reference into the tool's definition in
+ * the same encoding as the prompt's own tool list; Claude Code's ToolSearch
+ * description tells the model to expect a `<functions>` block with one
+ * `<function>{"description": ..., "name": ..., "parameters": ...}</function>`
+ * line per tool, so that is the text the reference becomes.
  */
 import type { ServerResponse } from "node:http";
 import type { ChatMessage, ChatRequest, ReplyStop, ToolChoice, ToolSpec } from "./chat.ts";
 import { InvalidRequestError } from "./errors.ts";
 import type { SseWriter } from "./sse.ts";
 import type { ReplyEvent } from "./turn-runner.ts";
-import { arr, obj, optBool, optInt, optNum, optStr, ParsedValues, str, toolName, toolSchema, type Json } from "./validate.ts";
+import { arr, obj, optBool, optInt, optNum, optStr, optTopP, ParsedValues, str, toolName, toolSchema, type Json } from "./validate.ts";
 
-const parsedMessages = new ParsedValues<ChatMessage[]>();
+/** A request's tools: those the prompt shows and the deferred ones. */
+interface DeclaredTools {
+  shown: ToolSpec[];
+  deferred: ToolSpec[];
+}
+
+const NO_TOOLS: DeclaredTools = { shown: [], deferred: [] };
+/**
+ * Parsed messages per tool list: a tool_reference renders the named tool's definition, so a
+ * message parses per list (the same object while the harness resends the same list).
+ */
+const parsedMessages = new WeakMap<DeclaredTools, ParsedValues<ChatMessage[]>>();
 const parsedSystems = new ParsedValues<string | null>();
-const parsedTools = new ParsedValues<ToolSpec[]>();
+const parsedTools = new ParsedValues<DeclaredTools>();
 
 /** Parses a Messages body; `countOnly` is for count_tokens, where max_tokens is absent. */
 export function parseMessagesRequest(body: unknown, countOnly = false): ChatRequest {
@@ -28,18 +48,30 @@ export function parseMessagesRequest(body: unknown, countOnly = false): ChatRequ
   const model = str(b["model"], "model");
   const maxTokens = optInt(b["max_tokens"], "max_tokens", 1);
   if (!countOnly && maxTokens === undefined) throw new InvalidRequestError("max_tokens: required", "max_tokens");
+  const declared = b["tools"] === undefined || b["tools"] === null ? NO_TOOLS : parsedTools.get(b["tools"], declaredTools);
+  let byMessage = parsedMessages.get(declared);
+  if (!byMessage) parsedMessages.set(declared, (byMessage = new ParsedValues()));
   const messages: ChatMessage[] = [];
   const system = parsedSystems.get(b["system"], systemText);
   if (system !== null) messages.push({ role: "system", content: system });
-  arr(b["messages"], "messages").forEach((m, i) => messages.push(...parsedMessages.get(m, (raw) => parseMessage(raw, `messages.${i}`))));
+  arr(b["messages"], "messages").forEach((m, i) => messages.push(...byMessage.get(m, (raw) => parseMessage(raw, `messages.${i}`, declared))));
   if (messages.length === 0 || messages.every((m) => m.role === "system"))
     throw new InvalidRequestError("messages: at least one message is required", "messages");
-  const tools: ToolSpec[] =
-    b["tools"] === undefined || b["tools"] === null ? [] : parsedTools.get(b["tools"], (raw) => arr(raw, "tools").flatMap((t, i) => parseTool(t, `tools.${i}`) ?? []));
-  const req: ChatRequest = { model, messages, tools, tool_choice: parseToolChoice(b["tool_choice"], tools), sampling: {}, stream: optBool(b["stream"], "stream") ?? false };
+  const last = messages[messages.length - 1]!;
+  const prefill = last.role === "assistant";
+  if (prefill) {
+    // Anthropic: "the response content will continue immediately from the content in that message".
+    if (last.tool_calls?.length) throw new InvalidRequestError("messages: a final assistant message (prefill) cannot hold tool_use blocks", "messages");
+    if (last.content.length === 0) throw new InvalidRequestError("messages: a final assistant message (prefill) must have text to continue", "messages");
+    if (/\s$/.test(last.content)) throw new InvalidRequestError("messages: final assistant content cannot end with trailing whitespace", "messages");
+  }
+  const tools = declared.shown;
+  const req: ChatRequest = { model, messages, tools, tool_choice: parseToolChoice(b["tool_choice"], declared), sampling: {}, stream: optBool(b["stream"], "stream") ?? false };
+  if (declared.deferred.length > 0) req.deferred_tools = declared.deferred;
+  if (prefill) req.continue_final_message = true;
   if (maxTokens !== undefined) req.sampling.max_tokens = maxTokens;
   const temperature = optNum(b["temperature"], "temperature", 0, 1);
-  const topP = optNum(b["top_p"], "top_p", 0, 1);
+  const topP = optTopP(b["top_p"], "top_p");
   if (temperature !== undefined) req.sampling.temperature = temperature;
   if (topP !== undefined) req.sampling.top_p = topP;
   if (b["thinking"] !== undefined && b["thinking"] !== null) {
@@ -61,21 +93,58 @@ function systemText(v: unknown): string | null {
     .join("\n");
 }
 
-/** Text of a tool_result's content (string or text/image blocks). */
-function resultText(v: unknown, path: string): string {
+/** Text of a tool_result's content (string or text/image/tool_reference blocks). */
+function resultText(v: unknown, path: string, tools: DeclaredTools): string {
   if (v === undefined || v === null) return "";
   if (typeof v === "string") return v;
-  return arr(v, path)
-    .map((blk, i) => {
-      const t = obj(blk, `${path}.${i}`);
-      if (t["type"] === "text") return str(t["text"], `${path}.${i}.text`);
-      if (t["type"] === "image") return "[image]";
-      throw new InvalidRequestError(`${path}.${i}.type: unsupported block ${JSON.stringify(t["type"])}`, path);
-    })
-    .join("\n");
+  const parts: string[] = [];
+  let referenced: ToolSpec[] = [];
+  const flush = () => {
+    if (referenced.length > 0) parts.push(functionsBlock(referenced));
+    referenced = [];
+  };
+  arr(v, path).forEach((blk, i) => {
+    const t = obj(blk, `${path}.${i}`);
+    if (t["type"] === "tool_reference") {
+      const name = str(t["tool_name"], `${path}.${i}.tool_name`);
+      const tool = tools.deferred.find((x) => x.name === name) ?? tools.shown.find((x) => x.name === name);
+      if (!tool) throw new InvalidRequestError(`${path}.${i}.tool_name: the request declares no tool ${JSON.stringify(name)}`, `${path}.${i}.tool_name`);
+      referenced.push(tool);
+      return;
+    }
+    flush();
+    if (t["type"] === "text") parts.push(str(t["text"], `${path}.${i}.text`));
+    else if (t["type"] === "image") parts.push("[image]");
+    else throw new InvalidRequestError(`${path}.${i}.type: unsupported block ${JSON.stringify(t["type"])}`, path);
+  });
+  flush();
+  return parts.join("\n");
 }
 
-function parseMessage(v: unknown, path: string): ChatMessage[] {
+/** Tool definitions as the API expands tool references: one `<function>` line per tool in a `<functions>` block. */
+function functionsBlock(tools: ToolSpec[]): string {
+  const lines = tools.map((t) => {
+    const def: Record<string, unknown> = {};
+    if (t.description !== undefined) def["description"] = t.description;
+    def["name"] = t.name;
+    def["parameters"] = t.parameters;
+    return `<function>${spacedJson(def)}</function>`;
+  });
+  return `<functions>\n${lines.join("\n")}\n</functions>`;
+}
+
+/** JSON with a space after every `,` and `:` between items, as the tool list's encoding writes it. */
+function spacedJson(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(spacedJson).join(", ")}]`;
+  if (v && typeof v === "object")
+    return `{${Object.entries(v)
+      .filter(([, x]) => x !== undefined)
+      .map(([k, x]) => `${JSON.stringify(k)}: ${spacedJson(x)}`)
+      .join(", ")}}`;
+  return JSON.stringify(v) ?? "null";
+}
+
+function parseMessage(v: unknown, path: string, tools: DeclaredTools): ChatMessage[] {
   const m = obj(v, path);
   const role = str(m["role"], `${path}.role`);
   if (role !== "user" && role !== "assistant" && role !== "system")
@@ -119,7 +188,7 @@ function parseMessage(v: unknown, path: string): ChatMessage[] {
         text = (text === null ? "" : text + "\n") + `[${blk["type"]}]`;
         break;
       case "tool_result": {
-        const body = resultText(blk["content"], `${p}.content`);
+        const body = resultText(blk["content"], `${p}.content`, tools);
         const isError = optBool(blk["is_error"], `${p}.is_error`) ?? false;
         out.push({ role: "tool", tool_call_id: str(blk["tool_use_id"], `${p}.tool_use_id`), content: isError ? `Error: ${body}` : body });
         break;
@@ -132,30 +201,42 @@ function parseMessage(v: unknown, path: string): ChatMessage[] {
   return out;
 }
 
+function declaredTools(raw: unknown): DeclaredTools {
+  const out: DeclaredTools = { shown: [], deferred: [] };
+  arr(raw, "tools").forEach((t, i) => {
+    const parsed = parseTool(t, `tools.${i}`);
+    if (parsed) (parsed.deferred ? out.deferred : out.shown).push(parsed.spec);
+  });
+  return out;
+}
+
 /** Client tools only; server tools (web search, ...) have a `type` and no input_schema and cannot be served. */
-function parseTool(v: unknown, path: string): ToolSpec | null {
+function parseTool(v: unknown, path: string): { spec: ToolSpec; deferred: boolean } | null {
   const t = obj(v, path);
   if (t["type"] !== undefined && t["type"] !== "custom" && t["input_schema"] === undefined) return null;
   if (t["input_schema"] === undefined) throw new InvalidRequestError(`${path}.input_schema: required`, `${path}.input_schema`);
   const spec: ToolSpec = { name: toolName(t["name"], `${path}.name`), parameters: toolSchema(t["input_schema"], `${path}.input_schema`) };
   const d = optStr(t["description"], `${path}.description`);
   if (d !== undefined) spec.description = d;
-  return spec;
+  return { spec, deferred: optBool(t["defer_loading"], `${path}.defer_loading`) ?? false };
 }
 
-function parseToolChoice(v: unknown, tools: ToolSpec[]): ToolChoice {
+function parseToolChoice(v: unknown, declared: DeclaredTools): ToolChoice {
   if (v === undefined || v === null) return "auto";
   const c = obj(v, "tool_choice");
   switch (c["type"]) {
     case "auto":
       return "auto";
     case "any":
+      if (declared.shown.length + declared.deferred.length === 0)
+        throw new InvalidRequestError('tool_choice: type "any" needs at least one tool in tools', "tool_choice");
       return "required";
     case "none":
       return "none";
     case "tool": {
       const name = str(c["name"], "tool_choice.name");
-      if (!tools.some((t) => t.name === name)) throw new InvalidRequestError(`tool_choice names unknown tool ${JSON.stringify(name)}`, "tool_choice");
+      if (!declared.shown.some((t) => t.name === name) && !declared.deferred.some((t) => t.name === name))
+        throw new InvalidRequestError(`tool_choice names unknown tool ${JSON.stringify(name)}`, "tool_choice");
       return { name };
     }
     default:

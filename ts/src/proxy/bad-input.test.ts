@@ -92,6 +92,16 @@ describe("bad input", () => {
     expect(r).toMatchObject({ status: 400, body: { error: { type: "invalid_request_error", message: 'tools.0.input_schema.type: a tool\'s schema must have type "object"' } } });
   });
 
+  it("refuses a tool_choice that requires a tool call when the request declares no tools", async () => {
+    const { a } = await twoSessions();
+    const chat = await post(a, "/v1/chat/completions", JSON.stringify({ model: MODEL_NAME, messages: [{ role: "user", content: "x" }], tool_choice: "required" }));
+    expect(chat).toEqual({ status: 400, body: { error: { message: 'tool_choice: "required" needs at least one tool in tools', type: "invalid_request_error", param: "tool_choice", code: null } } });
+    const responses = await post(a, "/v1/responses", JSON.stringify({ model: MODEL_NAME, input: "x", tool_choice: "required" }));
+    expect(responses).toMatchObject({ status: 400, body: { error: { param: "tool_choice" } } });
+    const messages = await post(a, "/v1/messages", JSON.stringify({ model: MODEL_NAME, max_tokens: 5, messages: [{ role: "user", content: "x" }], tool_choice: { type: "any" } }), { "x-api-key": a.secret });
+    expect(messages).toEqual({ status: 400, body: { type: "error", error: { type: "invalid_request_error", message: 'tool_choice: type "any" needs at least one tool in tools' } } });
+  });
+
   it("answers an unknown route with 404", async () => {
     const { a } = await twoSessions();
     expect((await post(a, "/v1/embeddings", oa("x"))).status).toBe(404);
@@ -167,5 +177,133 @@ describe("failures during generation", () => {
     const ok = await post(s, "/v1/messages", an("x"), { "x-api-key": s.secret });
     expect(ok).toMatchObject({ status: 200, body: { content: [{ type: "text", text: "recovered" }] } });
     expect(proxy.closeSession("f").audit.map((a) => a.reason)).toEqual(["error"]);
+  });
+});
+
+describe("requests the engine cannot serve as asked get a 400 the harness can act on, never a 5xx", () => {
+  const long = "Please summarise this. ".repeat(20);
+  /** Tokens of the prompt a one-user-message request renders to. */
+  const promptTokens = (content: string) => qwen3().tokenizer.encode(qwen3().template.render([{ role: "user", content }], [], { addGenerationPrompt: true })).length;
+
+  it("refuses a prompt over the context window in each API's words, streaming or not", async () => {
+    const window = 64;
+    const n = promptTokens(long);
+    expect(n).toBeGreaterThan(window);
+    const engine = scriptedEngine(qwen3(), () => ({ text: "never" }), { contextWindow: window });
+    proxy = await startProxy(engine);
+    const s = proxy.createSession("w");
+    const anthropic = new Anthropic({ baseURL: s.baseUrl, apiKey: s.secret, maxRetries: 0 });
+    for (const stream of [false, true]) {
+      const err = await anthropic.messages.create({ model: MODEL_NAME, max_tokens: 5, stream, messages: [{ role: "user", content: long }] }).then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(Anthropic.BadRequestError);
+      expect((err as InstanceType<typeof Anthropic.BadRequestError>).error).toEqual({
+        type: "error",
+        error: { type: "invalid_request_error", message: `prompt is too long: ${n} tokens > ${window - 1} maximum` },
+      });
+    }
+    const openai = new OpenAI({ baseURL: `${s.baseUrl}/v1`, apiKey: s.secret, maxRetries: 0 });
+    const chatErr = await openai.chat.completions.create({ model: MODEL_NAME, stream: true, messages: [{ role: "user", content: long }] }).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(chatErr).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(chatErr).toMatchObject({ status: 400, code: "context_length_exceeded", param: "messages", type: "invalid_request_error" });
+    expect((chatErr as Error).message).toContain(`maximum context length is ${window} tokens. However, your messages resulted in ${n} tokens`);
+    const responses = await post(s, "/v1/responses", JSON.stringify({ model: MODEL_NAME, input: long }));
+    expect(responses).toMatchObject({ status: 400, body: { error: { type: "invalid_request_error", param: "input", code: "context_length_exceeded" } } });
+    // Nothing reached the engine, and the session still serves a prompt that fits.
+    expect(engine.callCount).toBe(0);
+    expect(await post(s, "/v1/messages", an("hi"), { "x-api-key": s.secret })).toMatchObject({ status: 200 });
+  });
+
+  it("maps the engine's own refusal of a prompt over its context to the same 400, and audits it as rejected", async () => {
+    const window = 64;
+    const engine = scriptedEngine(qwen3(), () => ({ text: "never" }), { contextWindow: window, reportsContextWindow: false });
+    // A proxy that knows no window of its own: the engine's typed refusal is all it has.
+    proxy = await startProxy(engine, { model: { ...qwen3(), contextWindow: null } });
+    const s = proxy.createSession("e");
+    const r = await post(s, "/v1/messages", JSON.stringify({ model: MODEL_NAME, max_tokens: 5, messages: [{ role: "user", content: long }] }), { "x-api-key": s.secret });
+    expect(r).toEqual({ status: 400, body: { type: "error", error: { type: "invalid_request_error", message: `prompt is too long: ${promptTokens(long)} tokens > ${window - 1} maximum` } } });
+    expect(proxy.closeSession("e").audit.map((a) => a.reason)).toEqual(["rejected"]);
+  });
+
+  it("refuses top_p 0 and a seed beyond 2^53 itself, and an engine's refusal of a sampling setting with a 400 naming it", async () => {
+    const scripted = scriptedEngine(qwen3(), () => ({ text: "ok" }));
+    const picky: EngineClient = {
+      name: "picky",
+      generate(req, signal) {
+        if (req.sampling.temperature > 1.5) throw new EngineError("picky", "temperature must be at most 1.5", { rejection: { field: "sampling.temperature" } });
+        return scripted.generate(req, signal);
+      },
+      close: async () => {},
+    };
+    proxy = await startProxy(picky);
+    const s = proxy.createSession("p");
+    const chat = (extra: Record<string, unknown>) => post(s, "/v1/chat/completions", JSON.stringify({ model: MODEL_NAME, messages: [{ role: "user", content: "x" }], ...extra }));
+    expect(await chat({ top_p: 0 })).toEqual({
+      status: 400,
+      body: { error: { message: "top_p: must be in (0, 1]; for greedy decoding set temperature to 0", type: "invalid_request_error", param: "top_p", code: null } },
+    });
+    expect(await chat({ seed: 2 ** 53 })).toMatchObject({ status: 400, body: { error: { param: "seed" } } });
+    expect(await chat({ temperature: 1.9 })).toEqual({
+      status: 400,
+      body: { error: { message: "temperature: refused by the engine: picky engine: temperature must be at most 1.5", type: "invalid_request_error", param: "temperature", code: null } },
+    });
+    const m = await post(s, "/v1/messages", JSON.stringify({ model: MODEL_NAME, max_tokens: 5, top_p: 0, messages: [{ role: "user", content: "x" }] }), { "x-api-key": s.secret });
+    expect(m).toMatchObject({ status: 400, body: { type: "error", error: { type: "invalid_request_error" } } });
+    expect(await chat({ seed: 2 ** 53 - 1, top_p: 0.5 })).toMatchObject({ status: 200 });
+  });
+
+  it("asks the engine for no more tokens than the window has left", async () => {
+    const n = promptTokens("x");
+    const scripted = scriptedEngine(qwen3(), () => ({ text: "a reply much longer than three tokens" }));
+    const asked: number[] = [];
+    const recording: EngineClient = {
+      name: "recording",
+      generate(req, signal) {
+        asked.push(req.sampling.max_tokens);
+        return scripted.generate(req, signal);
+      },
+      contextWindow: async () => n + 3,
+      close: async () => {},
+    };
+    proxy = await startProxy(recording);
+    const s = proxy.createSession("m");
+    const r = await post(s, "/v1/chat/completions", JSON.stringify({ model: MODEL_NAME, max_tokens: 100, messages: [{ role: "user", content: "x" }] }));
+    expect(r).toMatchObject({ status: 200, body: { choices: [{ finish_reason: "length" }], usage: { prompt_tokens: n, completion_tokens: 3 } } });
+    expect(asked).toEqual([3]);
+  });
+});
+
+describe("a body far over the context window", () => {
+  it("is refused from a tokenized prefix, without tokenizing the rest, with an estimate of its length", async () => {
+    // 20 MB of lines that tokenize independently ("\n" then a letter is a piece boundary), so the true count is known.
+    const line = "const alpha = beta(gamma, 42);\n";
+    const lines = Math.ceil(20e6 / line.length);
+    const perLine = qwen3().tokenizer.encode(line).length;
+    const content = line.repeat(lines);
+    const tokenizer = qwen3().tokenizer;
+    const encodeInto = tokenizer.encodeInto.bind(tokenizer);
+    let tokenizedChars = 0;
+    tokenizer.encodeInto = (text, out, options) => {
+      tokenizedChars += text.length;
+      encodeInto(text, out, options);
+    };
+    try {
+      proxy = await startProxy(scriptedEngine(qwen3(), () => ({ text: "never" })), { contextWindow: 32768, maxBodyBytes: 64 * 1024 * 1024 });
+      const s = proxy.createSession("big");
+      const r = await post(s, "/v1/messages", JSON.stringify({ model: MODEL_NAME, max_tokens: 5, messages: [{ role: "user", content }] }), { "x-api-key": s.secret });
+      expect(r.status).toBe(400);
+      const m = /^prompt is too long: (\d+) tokens > 32767 maximum$/.exec((r.body["error"] as { message: string }).message);
+      expect(m).not.toBeNull();
+      expect(Math.abs(Number(m![1]) - lines * perLine) / (lines * perLine)).toBeLessThan(0.01);
+      // A few times the window's worth of text, not the 20 MB.
+      expect(tokenizedChars).toBeLessThan(8 * 32768 + 1024);
+    } finally {
+      tokenizer.encodeInto = encodeInto;
+    }
   });
 });

@@ -172,6 +172,21 @@ export class ChatTemplate {
     return full.slice(head.length);
   }
 
+  /**
+   * `rendered` (rendered without a generation prompt) cut right after the last message's
+   * content, so the model continues that message (transformers' `continue_final_message`
+   * does the same). Null when the content does not appear verbatim (Qwen3 strips leading
+   * newlines from the last assistant turn, so that form is tried too).
+   */
+  continueFinal(rendered: string, final: ChatMessage): string | null {
+    for (const content of [final.content, final.content.replace(/^\n+/, "")]) {
+      if (content.length === 0) continue;
+      const at = rendered.lastIndexOf(content);
+      if (at >= 0) return rendered.slice(0, at + content.length);
+    }
+    return null;
+  }
+
   private remember<V>(map: Map<string, V>, key: string, value: V): void {
     if (map.size >= 64) map.clear();
     map.set(key, value);

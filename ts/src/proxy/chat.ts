@@ -43,12 +43,23 @@ export interface ChatSampling {
 export interface ChatRequest {
   model: string;
   messages: ChatMessage[];
+  /** The tools the prompt shows the model. */
   tools: ToolSpec[];
+  /**
+   * Tools declared but not shown (Anthropic `defer_loading`): a tool result brings one
+   * into the conversation with a `tool_reference`, and the model may call it from then on.
+   */
+  deferred_tools?: ToolSpec[];
   tool_choice: ToolChoice;
   sampling: ChatSampling;
   stream: boolean;
   /** Passed to the template as `enable_thinking` when set (Qwen3). */
   enable_thinking?: boolean;
+  /**
+   * The last message is an assistant message the model continues (Anthropic prefill):
+   * the prompt ends with its text, open, and the reply is only what follows it.
+   */
+  continue_final_message?: boolean;
 }
 
 /** What the model said, parsed from its completion. */

@@ -5,10 +5,15 @@
  * Anthropic: `{"type":"error","error":{"type","message"}}` with types
  * invalid_request_error 400, authentication_error 401, not_found_error 404,
  * request_too_large 413, api_error 500, overloaded_error 529
- * (Anthropic API docs, "Errors").
+ * (Anthropic API docs, "Errors"). Responses (`/v1/responses`) uses the OpenAI
+ * shape; its streams report a later failure as an `error` event.
+ *
+ * A request the harness can fix (bad input, a prompt over the context window, a
+ * sampling setting the engine refuses) is a 4xx, so the harness stops, trims or
+ * compacts as it does against the real API; a 5xx tells it to retry.
  */
 
-export type ApiFlavor = "openai" | "anthropic";
+export type ApiFlavor = "openai" | "anthropic" | "responses";
 
 export abstract class ProxyError extends Error {
   abstract readonly status: number;
@@ -17,6 +22,15 @@ export abstract class ProxyError extends Error {
   readonly openaiCode: string | null = null;
   /** The request field at fault (OpenAI `param`), if any. */
   readonly param: string | null = null;
+
+  /** The message as `flavor` words it (most errors say the same in every API). */
+  messageFor(_flavor: ApiFlavor): string {
+    return this.message;
+  }
+
+  paramFor(_flavor: ApiFlavor): string | null {
+    return this.param;
+  }
 }
 
 export class InvalidRequestError extends ProxyError {
@@ -28,6 +42,40 @@ export class InvalidRequestError extends ProxyError {
     super(message);
     this.name = "InvalidRequestError";
     this.param = param;
+  }
+}
+
+/**
+ * The prompt does not fit the engine's context window (a prompt must leave room
+ * for one sampled token). Worded as each API words it, because harnesses match
+ * the text: Claude Code compacts on Anthropic's `prompt is too long: N tokens > M
+ * maximum`; OpenAI clients read the code `context_length_exceeded`.
+ */
+export class PromptTooLongError extends InvalidRequestError {
+  override readonly openaiCode = "context_length_exceeded";
+  /** The most prompt tokens the window takes. */
+  readonly maxPromptTokens: number;
+  constructor(
+    /** The prompt's length; an estimate when `estimated` (a prompt far over the window is not tokenized to the end). */
+    readonly promptTokens: number,
+    readonly contextWindow: number,
+    readonly estimated = false,
+  ) {
+    super(`prompt is too long: ${promptTokens} tokens > ${contextWindow - 1} maximum`, "messages");
+    this.name = "PromptTooLongError";
+    this.maxPromptTokens = contextWindow - 1;
+  }
+
+  override messageFor(flavor: ApiFlavor): string {
+    const n = `${this.estimated ? "about " : ""}${this.promptTokens}`;
+    if (flavor === "openai")
+      return `This model's maximum context length is ${this.contextWindow} tokens. However, your messages resulted in ${n} tokens, leaving no room for a completion. Please reduce the length of the messages.`;
+    if (flavor === "responses") return `Your input exceeds the context window of this model (${n} tokens; at most ${this.maxPromptTokens} fit). Please adjust your input and try again.`;
+    return this.message;
+  }
+
+  override paramFor(flavor: ApiFlavor): string | null {
+    return flavor === "responses" ? "input" : "messages";
   }
 }
 
@@ -108,6 +156,7 @@ export function asProxyError(e: unknown): ProxyError {
 }
 
 export function errorBody(flavor: ApiFlavor, e: ProxyError): Record<string, unknown> {
-  if (flavor === "anthropic") return { type: "error", error: { type: e.anthropicType, message: e.message } };
-  return { error: { message: e.message, type: e.openaiType, param: e.param, code: e.openaiCode } };
+  const message = e.messageFor(flavor);
+  if (flavor === "anthropic") return { type: "error", error: { type: e.anthropicType, message } };
+  return { error: { message, type: e.openaiType, param: e.paramFor(flavor), code: e.openaiCode } };
 }

@@ -20,6 +20,8 @@ export interface ProxyModel {
   template: ChatTemplate;
   codec: PromptCodec & { stopTokenIds: number[] };
   toolCallFormat: ToolCallFormat;
+  /** The context length tokenizer_config.json states; the proxy's window when the engine reports none. */
+  contextWindow: number | null;
 }
 
 export function loadProxyModel(modelDir: string, options: ProxyModelOptions = {}): ProxyModel {
@@ -35,5 +37,6 @@ export function loadProxyModel(modelDir: string, options: ProxyModelOptions = {}
     template,
     codec: { tokenizer, template, endOfTurnId, endOfTurnText: eos, stopTokenIds: [endOfTurnId, ...extra.filter((id) => id !== endOfTurnId)] },
     toolCallFormat: options.toolCallFormat ?? "qwen3_json",
+    contextWindow: tokenizer.config.model_max_length,
   };
 }

@@ -58,6 +58,18 @@ describe("OpenAI chat completions through the official client", () => {
     expect(records.segments[0]!.turns).toHaveLength(2);
   });
 
+  it("returns a tool call whose string argument holds </tool_call> as a tool call, not as text", async () => {
+    const path = "notes/</tool_call>.md";
+    const { client } = await setup([{ text: qwen3ToolCall("read_file", { path }) }, { text: qwen3ToolCall("read_file", { path }) }]);
+    for (const stream of [false, true]) {
+      const r = stream
+        ? await client.chat.completions.stream({ model: MODEL_NAME, messages: [{ role: "user", content: "read it" }], tools }).finalChatCompletion()
+        : await client.chat.completions.create({ model: MODEL_NAME, messages: [{ role: "user", content: "read it" }], tools });
+      expect(r.choices[0]!.finish_reason).toBe("tool_calls");
+      expect(r.choices[0]!.message.tool_calls!.map((c) => c.type === "function" && c.function)).toEqual([{ name: "read_file", arguments: JSON.stringify({ path }) }]);
+    }
+  });
+
   it("streams parallel tool calls that the client accumulates", async () => {
     const { client } = await setup([{ text: `Reading both.\n${qwen3ToolCall("read_file", { path: "a" })}\n${qwen3ToolCall("read_file", { path: "b" })}` }]);
     const runner = client.chat.completions.stream({ model: MODEL_NAME, messages: [{ role: "user", content: "read a and b" }], tools });

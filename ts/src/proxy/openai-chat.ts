@@ -12,7 +12,7 @@ import type { ChatMessage, ChatRequest, ReplyStop, ToolCall, ToolChoice, ToolSpe
 import { InvalidRequestError } from "./errors.ts";
 import { SseWriter } from "./sse.ts";
 import type { ReplyEvent, Usage } from "./turn-runner.ts";
-import { arr, obj, optBool, optInt, optNum, optStr, ParsedValues, str, toolName, toolSchema, type Json } from "./validate.ts";
+import { arr, obj, optBool, optInt, optNum, optSeed, optStr, optTopP, ParsedValues, str, toolName, toolSchema, type Json } from "./validate.ts";
 
 export interface OpenAIChatCall {
   req: ChatRequest;
@@ -45,8 +45,8 @@ export function parseChatCompletions(body: unknown): OpenAIChatCall {
     stream: optBool(b["stream"], "stream") ?? false,
   };
   const temperature = optNum(b["temperature"], "temperature", 0, 2);
-  const topP = optNum(b["top_p"], "top_p", 0, 1);
-  const seed = optInt(b["seed"], "seed");
+  const topP = optTopP(b["top_p"], "top_p");
+  const seed = optSeed(b["seed"], "seed");
   if (temperature !== undefined) req.sampling.temperature = temperature;
   if (topP !== undefined) req.sampling.top_p = topP;
   if (maxTokens !== undefined) req.sampling.max_tokens = maxTokens;
@@ -111,6 +111,7 @@ function parseTool(v: unknown, path: string): ToolSpec {
 
 function parseToolChoice(v: unknown, tools: ToolSpec[]): ToolChoice {
   if (v === undefined || v === null) return "auto";
+  if (v === "required" && tools.length === 0) throw new InvalidRequestError('tool_choice: "required" needs at least one tool in tools', "tool_choice");
   if (v === "auto" || v === "none" || v === "required") return v;
   if (typeof v === "string") throw new InvalidRequestError(`tool_choice: unknown value ${JSON.stringify(v)}`, "tool_choice");
   const fn = obj(obj(v, "tool_choice")["function"], "tool_choice.function");

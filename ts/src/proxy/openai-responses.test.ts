@@ -6,6 +6,7 @@ import OpenAI from "openai";
 import type { FunctionTool, ResponseInputItem } from "openai/resources/responses/responses";
 import { afterEach, describe, expect, it } from "vitest";
 import type { ScriptedReply } from "../engine/scripted.ts";
+import { EngineError, type EngineClient } from "../engine/types.ts";
 import type { ProxyServer } from "./server.ts";
 import { checkSegment, MODEL_NAME, qwen3, qwen3ToolCall, scriptedEngine, startProxy } from "./test-support.ts";
 
@@ -36,6 +37,49 @@ describe("OpenAI Responses through the official client", () => {
     const records = proxy.closeSession(session.id);
     expect(records.segments.map((s) => s.turns.length)).toEqual([2]);
     expect(checkSegment(records.segments[0]!, new Map(records.turns.map((t) => [t.turn_id, t]))).retokenizedPolicyTokens).toBe(0);
+  });
+
+  it("reads a reply's reasoning and message items, echoed back as returned, as one assistant turn", async () => {
+    const { client, session, proxy } = await setup([{ text: "<think>\nThe user greets me.\n</think>\n\nHello!" }, { text: "Fine, thanks." }]);
+    const input: ResponseInputItem[] = [{ role: "user", content: "hi" }];
+    const first = await client.responses.create({ model: MODEL_NAME, instructions: "You are Codex.", input, store: false });
+    expect(first.output.map((o) => o.type)).toEqual(["reasoning", "message"]);
+    input.push(...(first.output as ResponseInputItem[]), { role: "user", content: "how are you?" });
+    const second = await client.responses.create({ model: MODEL_NAME, instructions: "You are Codex.", input, store: false });
+    expect(second.output_text).toBe("Fine, thanks.");
+    const records = proxy.closeSession(session.id);
+    expect(records.segments.map((s) => [s.seal_reason, s.turns.length])).toEqual([["finished", 2]]);
+  });
+
+  it("sends a failure after the first event as a Responses `error` event, then response.failed", async () => {
+    // One token (streamed as a text delta, events 2-4), then the engine fails.
+    const failing: EngineClient = {
+      name: "failing",
+      async *generate() {
+        yield { token_ids: [13048], logprobs: [-0.5], routing: null, policy_version: 0, finish_reason: null };
+        throw new EngineError("failing", "lost the GPU");
+      },
+      close: async () => {},
+    };
+    proxy = await startProxy(failing);
+    const session = proxy.createSession("r");
+    const res = await fetch(`${session.baseUrl}/v1/responses`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${session.secret}` },
+      body: JSON.stringify({ model: MODEL_NAME, input: "hello", stream: true }),
+    });
+    expect(res.status).toBe(200);
+    const message = "engine failed on turn r/turn-0 of session r: failing engine: lost the GPU";
+    const text = await res.text();
+    const tail = text.slice(text.indexOf("event: error"));
+    expect(tail).toBe(
+      `event: error\ndata: {"type":"error","sequence_number":5,"code":"server_error","message":"${message}","param":null}\n\n` +
+        `event: response.failed\ndata: {"type":"response.failed","sequence_number":6,"response":{"id":"resp_r_0","object":"response","created_at":1700000000,"status":"failed",` +
+        `"error":{"code":"server_error","message":"${message}"},"incomplete_details":null,"model":"${MODEL_NAME}","output":[],"parallel_tool_calls":true,"usage":null}}\n\n`,
+    );
+    // The official client surfaces it as an error, not as a completed response.
+    const client = new OpenAI({ baseURL: `${session.baseUrl}/v1`, apiKey: session.secret, maxRetries: 0 });
+    await expect(client.responses.stream({ model: MODEL_NAME, input: "hello" }).finalResponse()).rejects.toThrow(/lost the GPU/);
   });
 
   it("refuses previous_response_id: the proxy is stateless", async () => {

@@ -6,14 +6,18 @@
  * response.in_progress, response.output_item.added, response.content_part.added,
  * response.output_text.delta/.done, response.content_part.done,
  * response.function_call_arguments.delta/.done, response.output_item.done,
- * response.completed; each carries a `sequence_number`.
+ * response.completed; each carries a `sequence_number`. A failure after the
+ * first event goes out as an `error` event, then `response.failed`.
+ *
+ * Input items are read back into turns the way the proxy writes them: a reply's
+ * reasoning item, message item and function calls are one assistant turn.
  */
 import type { ServerResponse } from "node:http";
 import type { AssistantReply, ChatMessage, ChatRequest, ToolSpec } from "./chat.ts";
-import { InvalidRequestError } from "./errors.ts";
+import { ClientGoneError, InvalidRequestError, asProxyError, errorBody } from "./errors.ts";
 import type { SseWriter } from "./sse.ts";
 import type { ReplyEvent, Usage } from "./turn-runner.ts";
-import { arr, obj, optBool, optInt, optNum, optStr, str, toolName, toolSchema, type Json } from "./validate.ts";
+import { arr, obj, optBool, optInt, optNum, optStr, optTopP, str, toolName, toolSchema, type Json } from "./validate.ts";
 
 export function parseResponsesRequest(body: unknown): ChatRequest {
   const b = obj(body, "body");
@@ -38,6 +42,7 @@ export function parseResponsesRequest(body: unknown): ChatRequest {
       tools.push(spec);
     });
   const tc = b["tool_choice"];
+  if (tc === "required" && tools.length === 0) throw new InvalidRequestError('tool_choice: "required" needs at least one tool in tools', "tool_choice");
   const req: ChatRequest = {
     model,
     messages,
@@ -48,7 +53,7 @@ export function parseResponsesRequest(body: unknown): ChatRequest {
   };
   const maxTokens = optInt(b["max_output_tokens"], "max_output_tokens", 1);
   const temperature = optNum(b["temperature"], "temperature", 0, 2);
-  const topP = optNum(b["top_p"], "top_p", 0, 1);
+  const topP = optTopP(b["top_p"], "top_p");
   if (maxTokens !== undefined) req.sampling.max_tokens = maxTokens;
   if (temperature !== undefined) req.sampling.temperature = temperature;
   if (topP !== undefined) req.sampling.top_p = topP;
@@ -74,6 +79,8 @@ function addItem(out: ChatMessage[], item: Json, path: string): void {
     const role = str(item["role"], `${path}.role`);
     const content = itemText(item["content"], `${path}.content`);
     if (role === "developer" || role === "system") out.push({ role: "system", content });
+    // A reply's reasoning item comes before its message item: together they are one turn.
+    else if (role === "assistant" && last && last.role === "assistant" && last.content === "" && !last.tool_calls && last.reasoning != null) last.content = content;
     else if (role === "user" || role === "assistant") out.push({ role, content });
     else throw new InvalidRequestError(`${path}.role: unknown role ${JSON.stringify(role)}`, `${path}.role`);
   } else if (type === "function_call") {
@@ -173,33 +180,41 @@ export async function streamResponse(events: AsyncIterable<ReplyEvent>, sse: Sse
     done.push(item);
     text = null;
   };
-  for await (const e of events) {
-    if (e.kind === "start") continue;
-    if (e.kind === "reasoning") reasoning = (reasoning ?? "") + e.text;
-    else if (e.kind === "text") {
-      flushReasoning();
-      if (text === null) {
-        text = "";
-        send("response.output_item.added", { output_index: done.length, item: messageItem(meta, "", "in_progress") });
-        send("response.content_part.added", { item_id: msgId, output_index: done.length, content_index: 0, part: { type: "output_text", text: "", annotations: [] } });
+  try {
+    for await (const e of events) {
+      if (e.kind === "start") continue;
+      if (e.kind === "reasoning") reasoning = (reasoning ?? "") + e.text;
+      else if (e.kind === "text") {
+        flushReasoning();
+        if (text === null) {
+          text = "";
+          send("response.output_item.added", { output_index: done.length, item: messageItem(meta, "", "in_progress") });
+          send("response.content_part.added", { item_id: msgId, output_index: done.length, content_index: 0, part: { type: "output_text", text: "", annotations: [] } });
+        }
+        text += e.text;
+        send("response.output_text.delta", { item_id: msgId, output_index: done.length, content_index: 0, delta: e.text });
+      } else if (e.kind === "tool_call") {
+        flushReasoning();
+        flushText();
+        const id = `fc_${meta.id}_${done.filter((d) => d["type"] === "function_call").length}`;
+        const item = { type: "function_call", id, call_id: e.call.id, name: e.call.name, arguments: e.call.arguments, status: "completed" };
+        send("response.output_item.added", { output_index: done.length, item: { ...item, arguments: "", status: "in_progress" } });
+        send("response.function_call_arguments.delta", { item_id: id, output_index: done.length, delta: e.call.arguments });
+        send("response.function_call_arguments.done", { item_id: id, output_index: done.length, arguments: e.call.arguments });
+        send("response.output_item.done", { output_index: done.length, item });
+        done.push(item);
+      } else {
+        flushReasoning();
+        flushText();
+        const incomplete = e.stop === "max_tokens";
+        send(incomplete ? "response.incomplete" : "response.completed", { response: responseJson(meta, incomplete ? "incomplete" : "completed", done, e.usage, incomplete) });
       }
-      text += e.text;
-      send("response.output_text.delta", { item_id: msgId, output_index: done.length, content_index: 0, delta: e.text });
-    } else if (e.kind === "tool_call") {
-      flushReasoning();
-      flushText();
-      const id = `fc_${meta.id}_${done.filter((d) => d["type"] === "function_call").length}`;
-      const item = { type: "function_call", id, call_id: e.call.id, name: e.call.name, arguments: e.call.arguments, status: "completed" };
-      send("response.output_item.added", { output_index: done.length, item: { ...item, arguments: "", status: "in_progress" } });
-      send("response.function_call_arguments.delta", { item_id: id, output_index: done.length, delta: e.call.arguments });
-      send("response.function_call_arguments.done", { item_id: id, output_index: done.length, arguments: e.call.arguments });
-      send("response.output_item.done", { output_index: done.length, item });
-      done.push(item);
-    } else {
-      flushReasoning();
-      flushText();
-      const incomplete = e.stop === "max_tokens";
-      send(incomplete ? "response.incomplete" : "response.completed", { response: responseJson(meta, incomplete ? "incomplete" : "completed", done, e.usage, incomplete) });
     }
+  } catch (e) {
+    if (e instanceof ClientGoneError) throw e;
+    // OpenAI reference "Streaming events": an `error` event, and the response ends `failed`.
+    const error = errorBody("openai", asProxyError(e))["error"] as { message: string; type: string; param: string | null; code: string | null };
+    send("error", { code: error.code ?? error.type, message: error.message, param: error.param });
+    send("response.failed", { response: { ...responseJson(meta, "failed", done, null, false), error: { code: "server_error", message: error.message } } });
   }
 }

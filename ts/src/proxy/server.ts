@@ -15,11 +15,12 @@ import type { EngineClient } from "../engine/types.ts";
 import { parseMessagesRequest, streamMessage, writeMessage } from "./anthropic-messages.ts";
 import { SessionCapture, type SessionRecords, type TurnListener } from "./capture/session-capture.ts";
 import type { ChatRequest } from "./chat.ts";
-import { AuthenticationError, ClientGoneError, InvalidRequestError, NotFoundError, RequestTooLargeError, asProxyError, errorBody, type ApiFlavor } from "./errors.ts";
+import { AuthenticationError, ClientGoneError, NotFoundError, RequestTooLargeError, asProxyError, errorBody, type ApiFlavor } from "./errors.ts";
 import type { ProxyModel } from "./model.ts";
 import { parseChatCompletions, streamChatCompletion, writeChatCompletion } from "./openai-chat.ts";
-import { GrowingBodyParser } from "./growing-body.ts";
+import type { GrowingBodyParser } from "./growing-body.ts";
 import { parseResponsesRequest, streamResponse, writeResponse } from "./openai-responses.ts";
+import { parseBody, readBody } from "./request-body.ts";
 import { SseWriter } from "./sse.ts";
 import { runTurn, type ReplyEvent, type RunnerConfig } from "./turn-runner.ts";
 
@@ -32,6 +33,12 @@ export interface ProxyServerConfig {
   maxBodyBytes?: number;
   /** Completion length when the request sets none, and its upper bound (default 8192). */
   maxTokens?: number;
+  /**
+   * Prompt + completion tokens the engine takes. Default: what the engine reports
+   * (`EngineClient.contextWindow`), else the model's tokenizer_config `model_max_length`.
+   * A longer prompt gets a 400 in the API's own shape (Anthropic "prompt is too long").
+   */
+  contextWindow?: number;
   /** Told when each request's response ends: wall time inside the proxy, engine time included, and two of its phases. */
   onRequestEnd?: (e: RequestEnd) => void;
   /** Told about every turn as it ends, in every session. */
@@ -68,6 +75,8 @@ interface LiveSession extends ProxySession {
 }
 
 const SESSION_PATH = /^\/s\/([A-Za-z0-9_.-]+)(\/.*)?$/;
+/** Bodies larger than this are parsed and planned in two steps of the event loop. */
+const YIELD_AFTER_BODY_BYTES = 1 << 20;
 
 export class ProxyServer {
   private readonly sessions = new Map<string, LiveSession>();
@@ -76,6 +85,8 @@ export class ProxyServer {
   private readonly maxBodyBytes: number;
   private origin = "";
   private seq = 0;
+  /** The context window, asked of the engine once (again after a failed ask). */
+  private window: Promise<number | null> | null = null;
 
   private constructor(
     private readonly config: ProxyServerConfig,
@@ -142,7 +153,7 @@ export class ProxyServer {
       const t0 = performance.now();
       res.once("close", () => onEnd({ session_id: m?.[1] ?? null, path, status: res.statusCode, duration_ms: performance.now() - t0, ...phases }));
     }
-    const flavor: ApiFlavor = path.startsWith("/v1/messages") ? "anthropic" : "openai";
+    const flavor: ApiFlavor = path.startsWith("/v1/messages") ? "anthropic" : path === "/v1/responses" ? "responses" : "openai";
     try {
       // Claude Code probes its base URL with `HEAD /` before the first call.
       if ((req.method === "HEAD" || req.method === "GET") && (path === "/" || path === "")) {
@@ -168,7 +179,11 @@ export class ProxyServer {
     const t1 = performance.now();
     phases.body_ms = t1 - t0;
     const planned = () => (phases.plan_ms = performance.now() - t1);
-    const body = parseBody(session, path, raw);
+    const body = parseBody(session.bodies, path, raw);
+    const window = path === "/v1/messages/count_tokens" ? null : await this.contextWindow();
+    // Decoding and parsing a big body is one long synchronous step, and planning (template,
+    // tokenizer) another: let other sessions' events run between the two.
+    if (raw.size > YIELD_AFTER_BODY_BYTES) await new Promise<void>((resolve) => setImmediate(resolve));
     const n = session.requests++;
     const signal = abortOnDisconnect(res);
     if (path === "/v1/messages/count_tokens") {
@@ -182,7 +197,7 @@ export class ProxyServer {
       const { req: chat, includeUsage } = parseChatCompletions(body);
       this.checkModel(chat);
       const meta = { id: `chatcmpl-${session.id}-${n}`, created: Math.floor(this.now() / 1000), model: chat.model };
-      const events = runTurn(this.runner, session.capture, chat, "call_", signal);
+      const events = runTurn(this.runner, session.capture, chat, "call_", signal, window);
       planned();
       if (!chat.stream) return writeChatCompletion(events, res, meta);
       return this.stream(res, flavor, events, (ev, sse) => streamChatCompletion(ev, sse, meta, includeUsage));
@@ -190,14 +205,14 @@ export class ProxyServer {
     if (path === "/v1/messages") {
       const chat = this.checkModel(parseMessagesRequest(body));
       const meta = { id: `msg_${session.id}_${n}`, model: chat.model };
-      const events = runTurn(this.runner, session.capture, chat, "toolu_", signal);
+      const events = runTurn(this.runner, session.capture, chat, "toolu_", signal, window);
       planned();
       if (!chat.stream) return writeMessage(events, res, meta);
       return this.stream(res, flavor, events, (ev, sse, first) => streamMessage(ev, sse, meta, first.promptTokens));
     }
     const chat = this.checkModel(parseResponsesRequest(body));
     const meta = { id: `resp_${session.id}_${n}`, created: Math.floor(this.now() / 1000), model: chat.model };
-    const events = runTurn(this.runner, session.capture, chat, "call_", signal);
+    const events = runTurn(this.runner, session.capture, chat, "call_", signal, window);
     planned();
     if (!chat.stream) return writeResponse(events, res, meta);
     return this.stream(res, flavor, events, (ev, sse) => streamResponse(ev, sse, meta));
@@ -233,6 +248,18 @@ export class ProxyServer {
     } finally {
       sse.close();
     }
+  }
+
+  private contextWindow(): Promise<number | null> {
+    if (!this.window) {
+      const { contextWindow } = this.config;
+      const engine = this.config.engine;
+      const fallback = this.config.model.contextWindow;
+      this.window =
+        contextWindow !== undefined ? Promise.resolve(contextWindow) : (engine.contextWindow?.() ?? Promise.resolve(null)).then((w) => w ?? fallback);
+      this.window.catch(() => (this.window = null));
+    }
+    return this.window;
   }
 
   private checkModel<T extends ChatRequest>(chat: T): T {
@@ -293,81 +320,6 @@ function abortOnDisconnect(res: ServerResponse): AbortSignal {
   });
   return ac.signal;
 }
-
-/**
- * Where a body that arrived in several chunks is put together to be parsed. One
- * for the process: gathering and parsing are one synchronous step, and the parser
- * keeps no reference to the bytes. A Buffer.concat per call was a new off-heap
- * block of the body's size (bodies over 64 KB arrive in more than one read), and
- * off-heap growth is what starts V8's full collections in the proxy.
- */
-let gathered = Buffer.alloc(0);
-
-function gather(chunks: Buffer[], size: number): Buffer {
-  if (chunks.length === 1) return chunks[0]!;
-  if (size > gathered.length) gathered = Buffer.allocUnsafe(Math.max(size, 2 * gathered.length));
-  let at = 0;
-  for (const c of chunks) at += c.copy(gathered, at);
-  return gathered.subarray(0, size);
-}
-
-/** The body's JSON; the history a session's previous call already sent is not parsed again (growing-body.ts). */
-function parseBody(session: LiveSession, path: string, body: { chunks: Buffer[]; size: number }): unknown {
-  const bytes = gather(body.chunks, body.size);
-  let parser = session.bodies.get(path);
-  if (!parser) {
-    parser = new GrowingBodyParser(path === "/v1/responses" ? "input" : "messages");
-    session.bodies.set(path, parser);
-  }
-  try {
-    return parser.parse(bytes);
-  } catch (e) {
-    throw new InvalidRequestError(`body is not valid JSON: ${(e as Error).message}`);
-  }
-}
-
-/** Reads the body's chunks without buffering past `limit`; an oversized body stops being read (the connection is closed after the 413). */
-function readBody(req: IncomingMessage, limit: number): Promise<{ chunks: Buffer[]; size: number }> {
-  return new Promise((resolve, reject) => {
-    if (Number(req.headers["content-length"] ?? NaN) > limit) return reject(new RequestTooLargeError(limit));
-    let chunks: Buffer[] = [];
-    let size = 0;
-    // The request lives until its reply is sent, and so do its listeners: they
-    // must let go of the body once it is read. A listener holding `resolve`
-    // would keep the settled promise, and with it the body, alive while the
-    // engine works on this call.
-    const detach = () => {
-      req.off("data", onData).off("end", onEnd).off("error", onError).off("close", onClose);
-      // A later socket error (the client hanging up after a 413) must not go unhandled.
-      if (req.listenerCount("error") === 0) req.on("error", ignoreError);
-      chunks = [];
-    };
-    const fail = (e: unknown) => {
-      detach();
-      reject(e);
-    };
-    const onData = (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > limit) {
-        req.pause();
-        fail(new RequestTooLargeError(limit));
-      } else chunks.push(chunk);
-    };
-    const onEnd = () => {
-      const body = { chunks, size };
-      detach();
-      resolve(body);
-    };
-    const onError = (e: Error) => fail(e);
-    // A client that hangs up mid-upload gets no answer; the handler must not wait forever.
-    const onClose = () => {
-      if (!req.complete) fail(new ClientGoneError("(request body)", "(none)"));
-    };
-    req.on("data", onData).on("end", onEnd).on("error", onError).on("close", onClose);
-  });
-}
-
-function ignoreError(): void {}
 
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
   const text = JSON.stringify(body);

@@ -36,6 +36,8 @@ export interface TokenizerConfig {
   chat_template: string;
   eos_token: string | null;
   bos_token: string | null;
+  /** The model's context length as the tokenizer config states it (`model_max_length`); null when unset. */
+  model_max_length: number | null;
 }
 
 export class TextTokenizer {
@@ -83,7 +85,12 @@ export class TextTokenizer {
       throw new ModelFilesError(modelDir, "tokenizer_config.json has no string chat_template");
     const tokenizer = new TextTokenizer(
       new Tokenizer(tokenizerJson, configJson),
-      { chat_template, eos_token: tokenString(configJson["eos_token"]), bos_token: tokenString(configJson["bos_token"]) },
+      {
+        chat_template,
+        eos_token: tokenString(configJson["eos_token"]),
+        bos_token: tokenString(configJson["bos_token"]),
+        model_max_length: contextLength(configJson["model_max_length"]),
+      },
       256,
       tokenizerJson,
     );
@@ -187,6 +194,11 @@ function releaseConstructionInputs(tokenizer: Tokenizer): void {
   t.tokenizer = null;
   t.model.config = {};
   t.model.merges = null;
+}
+
+/** transformers writes a huge sentinel (int(1e30)) when a tokenizer states no length. */
+function contextLength(v: unknown): number | null {
+  return typeof v === "number" && Number.isSafeInteger(v) && v > 0 && v < 1e9 ? v : null;
 }
 
 function tokenString(v: unknown): string | null {

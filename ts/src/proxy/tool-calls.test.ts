@@ -47,9 +47,35 @@ describe("Qwen3 JSON tool calls", () => {
     expect(parseCompletion(bad, "qwen3_json", tools)).toEqual({ reasoning: null, content: bad, calls: [] });
   });
 
-  it("leaves an unterminated call in the text", () => {
+  it("leaves an unterminated call in the text, with the newline before it", () => {
     const cut = 'x\n<tool_call>\n{"name": "run", "argu';
-    expect(parseCompletion(cut, "qwen3_json", tools).content).toBe("x<tool_call>\n{\"name\": \"run\", \"argu");
+    expect(parseCompletion(cut, "qwen3_json", tools).content).toBe(cut);
+    expect(streamed(cut, "qwen3_json")).toEqual([{ kind: "text", text: cut }]);
+  });
+
+  it("does not end a call at a </tool_call> inside a string argument", () => {
+    const args = { cmd: 'printf "</tool_call>\\n" > tags.txt', env: { NOTE: "a } and a { and </tool_call> and \\\" too" } };
+    const t = `Writing it.\n<tool_call>\n${JSON.stringify({ name: "run", arguments: args })}\n</tool_call>`;
+    const expected = { name: "run", arguments: JSON.stringify(args) };
+    expect(parseCompletion(t, "qwen3_json", tools)).toEqual({ reasoning: null, content: "Writing it.", calls: [expected] });
+    expect(streamed(t, "qwen3_json")).toEqual([
+      { kind: "text", text: "Writing it." },
+      { kind: "tool_call", call: expected },
+    ]);
+  });
+
+  it("gives the harness a block that does not parse verbatim, whitespace around it included", () => {
+    const t = "Look:\n<tool_call>\nnot json\n</tool_call>\n\nDone.";
+    expect(parseCompletion(t, "qwen3_json", tools)).toEqual({ reasoning: null, content: t, calls: [] });
+    expect(streamed(t, "qwen3_json")).toEqual([{ kind: "text", text: t }]);
+    // After a call that parsed, the whitespace the template writes between calls is given back too.
+    const call = '<tool_call>\n{"name": "run", "arguments": {"cmd": "ls"}}\n</tool_call>';
+    const bad = '<tool_call>\n{"name": "run", "arguments": {"cmd": }\n</tool_call>';
+    expect(parseCompletion(`${call}\n${bad} tail`, "qwen3_json", tools)).toEqual({ reasoning: null, content: `\n${bad} tail`, calls: [{ name: "run", arguments: '{"cmd":"ls"}' }] });
+    expect(streamed(`${call}\n${bad} tail`, "qwen3_json")).toEqual([
+      { kind: "tool_call", call: { name: "run", arguments: '{"cmd":"ls"}' } },
+      { kind: "text", text: `\n${bad} tail` },
+    ]);
   });
 
   it("treats tool-call tags as text when tool parsing is off (tool_choice none)", () => {
@@ -85,6 +111,13 @@ describe("Qwen3-Coder XML tool calls", () => {
   it("keeps multi-line string values verbatim", () => {
     const t = "<tool_call>\n<function=run>\n<parameter=cmd>\nline1\n\nline3\n</parameter>\n</function>\n</tool_call>";
     expect(parseCompletion(t, "qwen3_coder_xml", tools).calls).toEqual([{ name: "run", arguments: JSON.stringify({ cmd: "line1\n\nline3" }) }]);
+  });
+
+  it("does not end a call at a </tool_call> inside a parameter value", () => {
+    const t = "<tool_call>\n<function=run>\n<parameter=cmd>\necho '</tool_call>'\n</parameter>\n</function>\n</tool_call>";
+    const expected = [{ name: "run", arguments: JSON.stringify({ cmd: "echo '</tool_call>'" }) }];
+    expect(parseCompletion(t, "qwen3_coder_xml", tools).calls).toEqual(expected);
+    expect(streamed(t, "qwen3_coder_xml")).toEqual([{ kind: "tool_call", call: expected[0] }]);
   });
 
   it("rejects junk between parameters", () => {

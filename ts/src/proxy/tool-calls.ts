@@ -86,19 +86,37 @@ function xmlValue(raw: string, schema: { type?: unknown } | undefined): unknown 
 /**
  * Incremental parser: push decoded text as it streams, get events as soon as
  * they are certain. Text that might be the start of a tag is held back.
+ *
+ * A call ends at the `</tool_call>` that closes it, not at the first one in the
+ * text: in `qwen3_json` a `</tool_call>` inside a JSON string (a file the model
+ * writes) is part of the arguments, so the body is scanned as JSON; in
+ * `qwen3_coder_xml` the closing tag must follow `</function>`. A block that does
+ * not parse reaches the harness verbatim, with the whitespace around it.
  */
 export class CompletionParser {
   private buf = "";
   private state: "start" | "reasoning" | "text" | "call" = "start";
   /** Separator the template writes at the start of the current state, dropped once it has arrived. */
   private leading: RegExp | null = null;
+  /** Whitespace dropped after the last parsed call; given back if a malformed block follows. */
+  private dropped = "";
+  /** Whitespace between the text and the open call, given back if the call does not parse. */
+  private sepBefore = "";
+  /** The text state was entered after a parsed call: the whitespace it drops goes to `dropped`. */
+  private afterCall = false;
+  /** Where the JSON scan of the open call stands (qwen3_json). */
+  private readonly scan = new JsonScan();
 
   constructor(
     private readonly format: ToolCallFormat,
     private readonly tools: ToolSpec[],
     /** When false (tool_choice "none" or no tools), `<tool_call>` is plain text. */
     private readonly parseCalls = true,
-  ) {}
+    /** The completion continues text already written (an assistant prefill): no reasoning block opens it. */
+    startInText = false,
+  ) {
+    if (startInText) this.state = "text";
+  }
 
   push(text: string): CompletionEvent[] {
     this.buf += text;
@@ -128,7 +146,11 @@ export class CompletionParser {
       if (this.leading) {
         // Wait until the separator can no longer grow (a non-whitespace char arrived) before dropping it.
         if (!final && /^\s*$/.test(this.buf)) return out;
-        this.buf = this.buf.replace(this.leading, "");
+        const m = this.leading.exec(this.buf);
+        const cut = m ? m[0].length : 0;
+        this.dropped = this.afterCall ? this.buf.slice(0, cut) : "";
+        this.afterCall = false;
+        this.buf = this.buf.slice(cut);
         this.leading = null;
       }
       if (this.state === "start") {
@@ -159,30 +181,135 @@ export class CompletionParser {
         const start = this.parseCalls ? this.buf.indexOf(CALL_OPEN) : -1;
         if (start < 0) {
           const keep = final || !this.parseCalls ? 0 : heldBack(this.buf, CALL_OPEN);
-          emit("text", this.buf.slice(0, this.buf.length - keep));
+          const text = this.buf.slice(0, this.buf.length - keep);
+          if (text.length > 0) this.dropped = "";
+          emit("text", text);
           this.buf = this.buf.slice(this.buf.length - keep);
           return out;
         }
         // The template puts "\n" between text and the first call; it is not part of the text.
-        emit("text", this.buf.slice(0, start).replace(/\n$/, ""));
+        const before = this.buf.slice(0, start);
+        const sep = before.endsWith("\n") ? "\n" : "";
+        emit("text", before.slice(0, before.length - sep.length));
+        this.sepBefore = before.length === 0 ? this.dropped : sep;
+        this.dropped = "";
+        this.scan.reset();
         this.enter("call", this.buf.slice(start), null);
         continue;
       }
       // state "call": buf starts with <tool_call>
-      const end = this.buf.indexOf(CALL_CLOSE);
+      const end = this.callEnd(final);
       if (end < 0) {
         if (!final) return out;
-        emit("text", this.buf);
+        emit("text", this.sepBefore + this.buf);
         this.buf = "";
         return out;
       }
       const body = this.buf.slice(CALL_OPEN.length, end);
       const call = parseToolCallBody(body, this.format, this.tools);
-      if (call) out.push({ kind: "tool_call", call });
-      else emit("text", this.buf.slice(0, end + CALL_CLOSE.length));
-      // Calls are separated by "\n"; whitespace after the last one is template padding.
-      this.enter("text", this.buf.slice(end + CALL_CLOSE.length), /^\s+/);
+      const rest = this.buf.slice(end + CALL_CLOSE.length);
+      if (call) {
+        out.push({ kind: "tool_call", call });
+        // Calls are separated by "\n"; whitespace after the last one is template padding.
+        this.afterCall = true;
+        this.enter("text", rest, /^\s+/);
+      } else {
+        emit("text", this.sepBefore + this.buf.slice(0, end + CALL_CLOSE.length));
+        this.enter("text", rest, null);
+      }
+      this.sepBefore = "";
     }
+  }
+
+  /**
+   * Index of the `</tool_call>` that closes the open call, or -1 while it is not
+   * known yet (final: none will come, and the block is unterminated).
+   */
+  private callEnd(final: boolean): number {
+    const buf = this.buf;
+    if (this.format === "qwen3_coder_xml") {
+      for (let at = buf.indexOf(CALL_CLOSE); at >= 0; at = buf.indexOf(CALL_CLOSE, at + 1))
+        if (/<\/function>\s*$/.test(buf.slice(0, at))) return at;
+      return final ? buf.indexOf(CALL_CLOSE) : -1;
+    }
+    const r = this.scan.advance(buf, CALL_OPEN.length);
+    if (r === "close") return this.scan.pos;
+    if (r === "object") {
+      // The JSON object is complete: only whitespace may come before the closing tag.
+      let i = this.scan.pos;
+      while (i < buf.length && /\s/.test(buf[i]!)) i++;
+      if (buf.startsWith(CALL_CLOSE, i)) return i;
+      if (!final && CALL_CLOSE.startsWith(buf.slice(i))) return -1;
+      return buf.indexOf(CALL_CLOSE, i); // junk after the object: a malformed block up to the next tag
+    }
+    // "not_json" (the body does not open with an object) or a scan still running.
+    if (r === "not_json") return final || buf.includes(CALL_CLOSE) ? buf.indexOf(CALL_CLOSE) : -1;
+    return final ? buf.indexOf(CALL_CLOSE) : -1;
+  }
+}
+
+/**
+ * A resumable scan of `<tool_call>`'s body as JSON: it finds where the object
+ * that opens the body ends, skipping braces and `</tool_call>` inside strings,
+ * and stops early at a `</tool_call>` outside any string (an unbalanced body).
+ * It resumes where the last call stopped, so streaming a long call costs one
+ * pass over its text.
+ */
+class JsonScan {
+  pos = 0;
+  private depth = 0;
+  private inString = false;
+  private escaped = false;
+  private started = false;
+  private complete = false;
+
+  reset(): void {
+    this.pos = 0;
+    this.depth = 0;
+    this.inString = false;
+    this.escaped = false;
+    this.started = false;
+    this.complete = false;
+  }
+
+  /** Scans `buf` from where it stopped (at least `from`); "more": the text so far settles nothing. */
+  advance(buf: string, from: number): "object" | "close" | "not_json" | "more" {
+    if (this.complete) return "object";
+    let i = Math.max(this.pos, from);
+    if (!this.started) {
+      while (i < buf.length && /\s/.test(buf[i]!)) i++;
+      this.pos = i;
+      if (i === buf.length) return "more";
+      if (buf[i] !== "{") return "not_json";
+      this.started = true;
+    }
+    for (; i < buf.length; i++) {
+      const c = buf.charCodeAt(i);
+      if (this.inString) {
+        if (this.escaped) this.escaped = false;
+        else if (c === 92 /* \\ */) this.escaped = true;
+        else if (c === 34 /* " */) this.inString = false;
+        continue;
+      }
+      if (c === 34) this.inString = true;
+      else if (c === 123 /* { */) this.depth++;
+      else if (c === 125 /* } */) {
+        if (--this.depth === 0) {
+          this.pos = i + 1;
+          this.complete = true;
+          return "object";
+        }
+      } else if (c === 60 /* < */) {
+        if (buf.startsWith(CALL_CLOSE, i)) {
+          this.pos = i;
+          return "close";
+        }
+        // A tag cut at the end of what has arrived: look at it again with more text.
+        if (CALL_CLOSE.startsWith(buf.slice(i))) break;
+      }
+    }
+    this.pos = i;
+    return "more";
   }
 }
 

@@ -4,12 +4,12 @@
  * The API adapters (openai-chat, anthropic-messages, openai-responses) only
  * translate these events into their own wire shapes.
  */
-import type { EngineClient } from "../engine/types.ts";
-import { EngineAbortedError } from "../engine/types.ts";
+import type { EngineClient, EngineRejection } from "../engine/types.ts";
+import { EngineAbortedError, isEngineRejection } from "../engine/types.ts";
 import type { AssistantReply, ChatMessage, ChatRequest, ReplyStop, ToolCall } from "./chat.ts";
 import type { SessionCapture } from "./capture/session-capture.ts";
 import type { PromptCodec, PromptPlan, ThreadCapture } from "./capture/thread-capture.ts";
-import { ProxyEngineError, ClientGoneError } from "./errors.ts";
+import { ClientGoneError, InvalidRequestError, PromptTooLongError, ProxyEngineError, type ProxyError } from "./errors.ts";
 import type { FinishReason, Routing, Turn } from "./records.ts";
 import { CompletionParser, type ToolCallFormat } from "./tool-calls.ts";
 
@@ -35,12 +35,19 @@ export interface RunnerConfig {
 }
 
 /** What a call needs from its request once its prompt is planned. */
-type CallOptions = Pick<ChatRequest, "tools" | "tool_choice" | "sampling">;
+type CallOptions = Pick<ChatRequest, "tools" | "tool_choice" | "sampling" | "continue_final_message">;
+
+/** Every tool the model may call: the prompt's and the deferred ones (a tool result may have brought them in). */
+function callableTools(req: ChatRequest) {
+  const deferred = req.deferred_tools;
+  return deferred && deferred.length > 0 ? req.tools.concat(deferred) : req.tools;
+}
 
 /**
- * Plans the prompt now (a template or tokenizer error throws here) and streams one
- * call. The stream throws ClientGoneError when `signal` aborts, ProxyEngineError
- * when the engine fails.
+ * Plans the prompt now (a template or tokenizer error, or a prompt over `window`, throws
+ * here) and streams one call. The stream throws ClientGoneError when `signal` aborts,
+ * InvalidRequestError when the engine refuses a value the client chose, and
+ * ProxyEngineError when the engine fails.
  */
 export function runTurn(
   cfg: RunnerConfig,
@@ -48,13 +55,15 @@ export function runTurn(
   req: ChatRequest,
   toolCallIdPrefix: string,
   signal: AbortSignal,
+  /** The engine's context window (prompt + completion), null when unknown. */
+  window: number | null = null,
 ): AsyncGenerator<ReplyEvent> {
-  const { thread, plan } = capture.plan(req);
+  const { thread, plan } = capture.plan(req, window);
   // Only the tools and sampling settings travel on. The parsed history (up to
   // hundreds of KB of strings per call) then dies young while the engine works,
   // instead of surviving scavenges, and being copied by them, for every call in flight.
-  const options: CallOptions = { tools: req.tools, tool_choice: req.tool_choice, sampling: req.sampling };
-  return streamTurn(cfg, capture, thread, plan, options, toolCallIdPrefix, signal);
+  const options: CallOptions = { tools: callableTools(req), tool_choice: req.tool_choice, sampling: req.sampling, continue_final_message: req.continue_final_message === true };
+  return streamTurn(cfg, capture, thread, plan, options, toolCallIdPrefix, signal, window);
 }
 
 async function* streamTurn(
@@ -65,6 +74,7 @@ async function* streamTurn(
   req: CallOptions,
   toolCallIdPrefix: string,
   signal: AbortSignal,
+  window: number | null,
 ): AsyncGenerator<ReplyEvent> {
   const turnId = capture.nextTurnId();
   const started = performance.now();
@@ -79,7 +89,7 @@ async function* streamTurn(
   let policyVersion = -1;
   let finish: FinishReason | null = null;
   const parseCalls = req.tools.length > 0 && req.tool_choice !== "none";
-  const parser = new CompletionParser(cfg.toolCallFormat, req.tools, parseCalls);
+  const parser = new CompletionParser(cfg.toolCallFormat, req.tools, parseCalls, req.continue_final_message === true);
   const decoder = new IncrementalDecoder(cfg.codec, cfg.codec.stopTokenIds);
   const reply: AssistantReply = { reasoning: null, content: "", tool_calls: [] };
   const makeTurn = (finish_reason: FinishReason): Turn => ({
@@ -108,7 +118,9 @@ async function* streamTurn(
       }
     }
   }
-  const maxTokens = Math.min(req.sampling.max_tokens ?? cfg.maxTokens, cfg.maxTokens);
+  // The window's rest, as engines clamp it (vLLM refuses a request that asks for more).
+  const room = window === null ? Infinity : window - plan.prompt_ids.length;
+  const maxTokens = Math.min(req.sampling.max_tokens ?? cfg.maxTokens, cfg.maxTokens, room);
   try {
     const stream = cfg.engine.generate(
       {
@@ -150,6 +162,10 @@ async function* streamTurn(
       capture.recordFailed(makeTurn("abort"), "aborted");
       throw new ClientGoneError(capture.sessionId, turnId);
     }
+    if (isEngineRejection(e)) {
+      capture.recordFailed(makeTurn("error"), "rejected");
+      throw rejectionError(e.rejection, e.message);
+    }
     capture.recordFailed(makeTurn("error"), "error");
     throw new ProxyEngineError(capture.sessionId, turnId, e);
   }
@@ -168,6 +184,13 @@ async function* streamTurn(
   capture.commit(thread, plan, turn, message, anyUnrecorded ? Uint8Array.from(recorded) : null);
   const stop: ReplyStop = finish === "length" ? "max_tokens" : reply.tool_calls.length > 0 ? "tool_calls" : "end_turn";
   yield { kind: "done", stop, usage: { prompt_tokens: plan.prompt_ids.length, completion_tokens: ids.length }, reply };
+}
+
+/** An engine's refusal as the client's error: the request field is the API's (`top_p`, not `sampling.top_p`). */
+function rejectionError(r: EngineRejection, message: string): ProxyError {
+  if (r.field === "prompt_ids" && r.promptTokens !== undefined && r.contextWindow !== undefined) return new PromptTooLongError(r.promptTokens, r.contextWindow);
+  const param = r.field === "prompt_ids" ? "messages" : r.field.slice("sampling.".length);
+  return new InvalidRequestError(`${param}: refused by the engine: ${message}`, param);
 }
 
 /**

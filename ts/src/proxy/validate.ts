@@ -63,6 +63,23 @@ export function optInt(v: unknown, path: string, min = -Infinity): number | unde
   return n;
 }
 
+/**
+ * Nucleus mass: every engine samples from a nucleus of mass in (0, 1] and refuses 0,
+ * which would leave no token to sample; greedy decoding is temperature 0.
+ */
+export function optTopP(v: unknown, path: string): number | undefined {
+  const p = optNum(v, path, 0, 1);
+  if (p === 0) throw new InvalidRequestError(`${path}: must be in (0, 1]; for greedy decoding set temperature to 0`, path);
+  return p;
+}
+
+/** A sampling seed: an integer the engine's control messages carry exactly (JavaScript numbers: |seed| < 2^53). */
+export function optSeed(v: unknown, path: string): number | undefined {
+  const n = optInt(v, path);
+  if (n !== undefined && !Number.isSafeInteger(n)) throw new InvalidRequestError(`${path}: must be an integer of magnitude below 2^53 (9007199254740992)`, path);
+  return n;
+}
+
 /** Tool names the way OpenAI and Anthropic accept them. */
 const TOOL_NAME = /^[a-zA-Z0-9_.:-]{1,128}$/;
 

@@ -6,6 +6,7 @@
 import type Docker from "dockerode";
 import { existsSync, lstatSync, readdirSync } from "node:fs";
 import { join } from "node:path";
+import { armDiskQuota, filesystemFull } from "./disk-quota.ts";
 import { CappedOutput, dockerClient, readAll } from "./docker.ts";
 import { AgentLimitError, SandboxEnvError, daemonError, type SandboxErrorContext } from "./errors.ts";
 import type { Readable } from "node:stream";
@@ -89,13 +90,19 @@ export function containerCreateOptions(spec: SandboxSpec): Docker.ContainerCreat
       Init: true,
       NetworkMode: "none",
       CapDrop: task ? ["ALL"] : [],
+      // The grading runner runs as root to stay out of the verifier's reach (a
+      // uid the code under test cannot signal); it needs to start the verifier
+      // as the agent and kill all of the agent's processes afterwards. Processes
+      // of any other uid hold none of these (no-new-privileges, no file caps).
+      CapAdd: task && spec.stage === "grading" ? ["KILL", "SETUID", "SETGID"] : [],
       SecurityOpt: task ? ["no-new-privileges"] : [],
       PidsLimit: limits.pids,
       Memory: limits.memoryBytes,
       MemorySwap: limits.memoryBytes,
       NanoCpus: Math.round(limits.cpus * 1e9),
       Binds: (spec.mounts ?? []).map((m) => `${m.hostPath}:${m.containerPath}:${m.readOnly ? "ro" : "rw"}`),
-      Tmpfs: { "/tmp": "rw,nosuid,nodev,size=128m,mode=1777" },
+      Tmpfs: { "/tmp": `rw,nosuid,nodev,size=${limits.tmpBytes},mode=1777` },
+      ShmSize: limits.shmBytes,
       AutoRemove: false,
     },
   };
@@ -103,6 +110,8 @@ export function containerCreateOptions(spec: SandboxSpec): Docker.ContainerCreat
 
 export class Sandbox {
   private removed = false;
+  /** Host folder of the quota filesystem holding the container's writable layer (none for build containers). */
+  private quotaDir: string | undefined;
 
   private constructor(
     readonly container: Docker.Container,
@@ -127,6 +136,13 @@ export class Sandbox {
       throw daemonError(e, "create container", { rollout: spec.rolloutId, image: spec.image, stage: spec.stage });
     }
     const sb = new Sandbox(container, spec);
+    const diskBytes = (spec.limits ?? DEFAULT_LIMITS).diskBytes;
+    try {
+      if ((spec.profile ?? "task") === "task" && diskBytes > 0) sb.quotaDir = await armDiskQuota(container, diskBytes, sb.context());
+    } catch (e) {
+      await sb.remove().catch(() => {});
+      throw e;
+    }
     try {
       await container.start();
     } catch (e) {
@@ -233,11 +249,12 @@ export class Sandbox {
       const info = await this.container.inspect();
       const data = info.GraphDriver?.Data as { UpperDir?: string } | undefined;
       const upper = info.GraphDriver?.Name === "overlay2" ? data?.UpperDir : undefined;
-      if (upper && existsSync(upper)) return walkUpperDir(upper);
+      if (upper && existsSync(upper)) return walkUpperDir(upper, this.context());
       const list = ((await this.container.changes()) ?? []) as Array<{ Path: string; Kind: number }>;
       const kinds = ["modified", "added", "deleted"] as const;
       return list.map((c) => ({ path: c.Path, kind: kinds[c.Kind] ?? "modified" }));
     } catch (e) {
+      if (e instanceof AgentLimitError) throw e;
       throw await this.diedOr(e, "diff container");
     }
   }
@@ -249,6 +266,29 @@ export class Sandbox {
       return { running: s.Running, oomKilled: s.OOMKilled, pid: s.Pid };
     } catch (e) {
       throw daemonError(e, "inspect container", this.context());
+    }
+  }
+
+  /**
+   * Filesystems the container filled: "/" (its writable layer, past the disk
+   * quota), "/tmp", "/dev/shm". Read from the host, also while paused.
+   */
+  async fullFilesystems(): Promise<string[]> {
+    const { pid, running } = await this.state();
+    const full: string[] = [];
+    if (this.quotaDir && filesystemFull(this.quotaDir)) full.push("/");
+    if (running) for (const m of ["/tmp", "/dev/shm"]) if (filesystemFull(`/proc/${pid}/root${m}`)) full.push(m);
+    return full;
+  }
+
+  /** Whether anything was left in the container's /dev/shm (read from the host, also while paused). */
+  async shmUsed(): Promise<boolean> {
+    const { pid, running } = await this.state();
+    if (!running) return false;
+    try {
+      return readdirSync(`/proc/${pid}/root/dev/shm`).length > 0;
+    } catch {
+      return false; // not root on the host: the detector is silent
     }
   }
 
@@ -296,20 +336,40 @@ export class Sandbox {
 }
 
 /**
+ * Bounds of the host-side walk of a container's changes. A tree beyond them
+ * (a directory chain thousands deep, whose paths pass PATH_MAX; millions of
+ * entries) is the agent's doing: the rollout ends as `pathological_tree`
+ * instead of failing the scan (ENAMETOOLONG) as an environment error.
+ */
+export const TREE_LIMITS = { depth: 256, pathBytes: 3072, entries: 500_000 } as const;
+
+/**
  * Entries of an overlay upper dir as container paths. A 0/0 character device
  * is overlayfs's whiteout (a deletion); we report any other entry as changed
  * ("modified": telling added from modified would need the lower layers).
  */
-function walkUpperDir(upper: string): Array<{ path: string; kind: "modified" | "deleted" }> {
+export function walkUpperDir(upper: string, ctx: SandboxErrorContext = {}): Array<{ path: string; kind: "modified" | "deleted" }> {
   const out: Array<{ path: string; kind: "modified" | "deleted" }> = [];
-  const walk = (dir: string, rel: string): void => {
-    for (const d of readdirSync(dir, { withFileTypes: true })) {
+  const tooMuch = (why: string) => new AgentLimitError("pathological_tree", `the container's changes are ${why}`, ctx, "pathological_tree");
+  const walk = (dir: string, rel: string, depth: number): void => {
+    if (depth > TREE_LIMITS.depth) throw tooMuch(`nested deeper than ${TREE_LIMITS.depth} levels (at ${rel.slice(0, 200)}…)`);
+    let entries;
+    try {
+      entries = readdirSync(dir, { withFileTypes: true });
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ENAMETOOLONG" || code === "ELOOP") throw tooMuch(`too deep to walk (${code})`);
+      throw e;
+    }
+    for (const d of entries) {
       const path = `${rel}/${d.name}`;
+      if (Buffer.byteLength(path) > TREE_LIMITS.pathBytes) throw tooMuch(`nested past ${TREE_LIMITS.pathBytes}-byte paths (at ${path.slice(0, 200)}…)`);
       if (d.isCharacterDevice() && lstatSync(join(dir, d.name)).rdev === 0) out.push({ path, kind: "deleted" });
       else out.push({ path, kind: "modified" });
-      if (d.isDirectory()) walk(join(dir, d.name), path);
+      if (out.length > TREE_LIMITS.entries) throw tooMuch(`more than ${TREE_LIMITS.entries} entries`);
+      if (d.isDirectory()) walk(join(dir, d.name), path, depth + 1);
     }
   };
-  walk(upper, "");
+  walk(upper, "", 0);
   return out;
 }

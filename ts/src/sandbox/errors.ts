@@ -1,4 +1,4 @@
-import type { EnvErrorKind } from "./types.ts";
+import type { DefenseFlag, EnvErrorKind } from "./types.ts";
 
 /** Where in the system an error happened, so an operator can act on it. */
 export interface SandboxErrorContext {
@@ -43,6 +43,8 @@ export class AgentLimitError extends Error {
     readonly limit: string,
     message: string,
     readonly context: SandboxErrorContext = {},
+    /** The defense flag the rollout carries (resource_limit, pathological_tree). */
+    readonly flag: DefenseFlag = "resource_limit",
   ) {
     super(`${limit}: ${message}${where(context)}`);
     this.name = "AgentLimitError";

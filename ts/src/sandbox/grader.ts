@@ -2,8 +2,9 @@
  * Grading in a fresh container from the pristine task image:
  *   1. apply the agent's file set (protected paths already dropped);
  *   2. copy in the hidden tests (root-owned, read-only to the agent's uid);
- *   3. run the verifier under the trusted runner (in-container/grader_runner.py)
- *      and read the reward from the runner's nonce-tagged verdict line.
+ *   3. run the verifier under the trusted runner (in-container/grader_runner.py,
+ *      as root; the verifier as the agent) and read the reward from the
+ *      runner's nonce-tagged verdict line (verdict.ts).
  * The verifier's reward file (Harbor's /logs/verifier/reward.txt) is only
  * compared with the verdict: a disagreement is grader spoofing.
  */
@@ -12,11 +13,13 @@ import { readFileSync } from "node:fs";
 import type { Sandbox } from "./container.ts";
 import { SandboxEnvError } from "./errors.ts";
 import { filesOfDir } from "./tar.ts";
-import type { TaskDefinition } from "./task.ts";
+import { namedTests, type TaskDefinition } from "./task.ts";
 import type { WorkspaceChange } from "./workspace-files.ts";
 import type { ProtectedPaths } from "./protected-paths.ts";
 import type { TarEntry } from "./tar.ts";
-import { AGENT_UID, WORKSPACE } from "./types.ts";
+import { AGENT_UID, WORKSPACE, type DefenseFlag } from "./types.ts";
+import { decideReward, lastNonceLine, parseStarted, parseVerdict, type NamedTestOutcome, type PytestReport } from "./verdict.ts";
+
 
 const RUNNER = readFileSync(new URL("./in-container/grader_runner.py", import.meta.url));
 const PLUGIN = readFileSync(new URL("./in-container/lego_verdict.py", import.meta.url));
@@ -24,27 +27,20 @@ const PLUGIN = readFileSync(new URL("./in-container/lego_verdict.py", import.met
 const SYSTEM_SITE = "usr/lib/python3/dist-packages";
 
 export interface GraderVerdict {
-  /** 1 when the verifier exited 0, else 0. */
+  /** 1 only when the checks below all hold (see `decideReward`), else 0. */
   reward: number;
   exitCode: number;
   timedOut: boolean;
   /** Verifier output (tail), decoded from the verdict. */
   log: string;
-  /**
-   * The reward file disagreed with the verdict, the output carried a forged
-   * verdict, or the verifier exited 0 while its pytest did not report a
-   * finished, all-passed session (its process was ended early).
-   */
-  spoofed: boolean;
+  /** Defenses grading raised (grader_spoofing, grader_tampering, unfinished_test_session, resource_limit). */
+  flags: DefenseFlag[];
   /** What the verifier's pytest sessions reported through lego_verdict. */
   pytest: PytestReport;
-}
-
-export interface PytestReport {
-  sessions: number;
-  finished: number;
-  passed: number;
-  failed: number;
+  /** Outcome of each test the task names (empty when it names none). */
+  named: Record<string, NamedTestOutcome>;
+  /** Records the runner refused (out of order, after the finish, forged) and tampering the reporter saw. */
+  violations: string[];
 }
 
 /** Writes the agent's changes into the grading container's workspace. */
@@ -80,53 +76,38 @@ export async function runGrader(sb: Sandbox, task: TaskDefinition): Promise<Grad
   ]);
   const nonce = randomBytes(16).toString("hex");
   const limit = task.config.verifierTimeoutSec;
+  // The runner runs as root (a uid the verifier cannot signal) and starts the verifier as the agent.
   const r = await sb.exec(["python3", "-I", "/grader/run.py", String(limit), task.config.verdictPlugin ? "plugin" : "no-plugin", "bash", "/tests/test.sh"], {
-    stdin: `${nonce}\n`,
+    user: "0:0",
+    stdin: `${JSON.stringify({ nonce, named: namedTests(task.config) })}\n`,
     // The runner enforces `limit`; this outer bound only catches a wedged runner.
     timeoutMs: (limit + 30) * 1000,
     capBytes: 4 << 20,
   });
+  const ctx = { ...sb.context(), task: task.name };
   const verdict = parseVerdict(r.stdout, nonce);
   if (!verdict) {
-    throw new SandboxEnvError("grader_crashed", `no verdict from the grading runner (exit ${r.exitCode}): ${r.stderr.slice(-1000)}`,
-      { ...sb.context(), task: task.name }, "run `lego sandbox check` on this task");
+    const failure = lastNonceLine(r.stdout, nonce, (v) => typeof v.runner_error === "string");
+    if (failure) throw new SandboxEnvError("grader_crashed", `the grading runner failed: ${String(failure.runner_error)}`, ctx);
+    if (!parseStarted(r.stdout, nonce)) {
+      throw new SandboxEnvError("grader_crashed", `the grading runner did not start the verifier (exit ${r.exitCode}): ${r.stderr.slice(-1000)}`,
+        ctx, "run `lego sandbox check` on this task");
+    }
+    if (!(await sb.state()).running) throw new SandboxEnvError("container_died", "grading container stopped while the verifier ran", ctx);
+    // Only the verifier, and the agent's code inside it, ran after `started`.
+    return {
+      reward: 0, exitCode: r.exitCode, timedOut: false, log: r.stderr.slice(-4000), flags: ["grader_tampering"],
+      pytest: { sessions: 0, finished: 0, passed: 0, failed: 0, exitOk: false }, named: {},
+      violations: [`the grading runner died after starting the verifier (exit ${r.exitCode})`],
+    };
   }
   const log = Buffer.from(verdict.log_b64, "base64").toString("utf8");
-  const exitOk = verdict.exit === 0 && !verdict.timed_out;
-  const p = verdict.pytest;
-  // When pytest ran, its own report must agree: every session finished, something passed, nothing failed.
-  const pytestOk = p.sessions === 0 || (p.finished === p.sessions && p.passed > 0 && p.failed === 0);
-  const reward = exitOk && pytestOk ? 1 : 0;
   const file = await sb.exec(["cat", "/logs/verifier/reward.txt"]);
   const fileReward = file.exitCode === 0 ? Number.parseFloat(file.stdout.trim()) : undefined;
-  const spoofed =
-    (fileReward !== undefined && fileReward !== reward) || log.includes('"log_b64"') || (exitOk && !pytestOk);
-  return { reward, exitCode: verdict.exit, timedOut: verdict.timed_out, log, spoofed, pytest: p };
+  const { reward, flags } = decideReward(task.config, verdict, { fileReward, forgedVerdictLine: log.includes('"log_b64"') });
+  return {
+    reward, exitCode: verdict.exit, timedOut: verdict.timed_out, log, flags,
+    pytest: verdict.pytest, named: verdict.named, violations: verdict.violations,
+  };
 }
 
-interface RawVerdict {
-  nonce: string;
-  exit: number;
-  timed_out: boolean;
-  pytest: PytestReport;
-  log_b64: string;
-}
-
-/** The last line that is a JSON verdict carrying our nonce; anything else is ignored. */
-export function parseVerdict(stdout: string, nonce: string): RawVerdict | undefined {
-  const lines = stdout.trimEnd().split("\n");
-  for (let i = lines.length - 1; i >= 0; i--) {
-    const line = lines[i]!.trim();
-    if (!line.startsWith("{")) continue;
-    try {
-      const v = JSON.parse(line) as Partial<RawVerdict>;
-      if (v.nonce === nonce && typeof v.exit === "number" && typeof v.log_b64 === "string") {
-        const p = v.pytest ?? { sessions: 0, finished: 0, passed: 0, failed: 0 };
-        return { nonce: v.nonce, exit: v.exit, timed_out: v.timed_out === true, pytest: p, log_b64: v.log_b64 };
-      }
-    } catch {
-      // not JSON: verifier noise, keep looking
-    }
-  }
-  return undefined;
-}

@@ -37,12 +37,13 @@ describe("images", () => {
     );
   });
 
-  it("builds a setup-script task image with the repository history the setup made", async () => {
+  it("builds a setup-script task image with the setup's history up to the base commit, owned by the agent", async () => {
     const { image } = await fixtureImage("fix-add");
     const sb = await Sandbox.start({ image: image.tag, rolloutId: "img", stage: "grading" });
     try {
-      const r = await sb.sh("git log --oneline --all | wc -l; git tag; cat calc.py | head -2; stat -c %U calc.py");
-      expect(r.stdout).toBe("2\nv1-fixed\ndef add(a, b):\n    return a - b\nagent\n");
+      // The setup also committed the fix on branch `fix` (tag v1-fixed): cut at build.
+      const r = await sb.sh("git log --oneline --all | wc -l; git tag; git branch; cat calc.py | head -2; stat -c %U calc.py .git/HEAD");
+      expect(r.stdout).toBe("2\n* main\ndef add(a, b):\n    return a - b\nagent\nagent\n");
     } finally {
       await sb.remove();
     }

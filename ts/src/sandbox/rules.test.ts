@@ -1,6 +1,6 @@
 /** Pure rules (no Docker): protected paths, the file-set diff, verdict parsing. */
 import { describe, expect, it } from "vitest";
-import { parseVerdict } from "./grader.ts";
+import { parseVerdict } from "./verdict.ts";
 import { ProtectedPaths, globToRegExp } from "./protected-paths.ts";
 import { writesOutsideWorkspace } from "./stages.ts";
 import type { TarEntry } from "./tar.ts";
@@ -39,6 +39,12 @@ describe("workspace file set", () => {
     expect(d.write.map((f) => [f.path, f.content.toString(), f.mode])).toEqual([["calc.py", "new", 0o644], ["new.py", "n", 0o755]]);
     expect(d.remove).toEqual(["gone.py"]);
     expect(d.tampered).toEqual(["conftest.py", "tests/test_calc.py"]);
+  });
+  it("bytecode never travels: an agent's .pyc (which may run other code than its source) is dropped", () => {
+    const agent = snapshotOf([file("calc.py", "old"), file("tests/test_calc.py", "t"), file("gone.py", "x"),
+      file("__pycache__/calc.cpython-311.pyc", "evil"), file("pkg/helper.pyc", "evil")]);
+    const d = diffWorkspace(pristine, agent, ProtectedPaths.forTask([]));
+    expect(d).toEqual({ write: [], remove: [], tampered: [], escapingLinks: [] });
   });
   it("deleting a protected file is tampering too; links out of the workspace are dropped", () => {
     const agent = snapshotOf([

@@ -13,9 +13,10 @@ describe("setup → agent → grading", () => {
   let runner: RolloutRunner;
   let fixAdd: FixtureTask;
   let greet: FixtureTask;
+  let slugify: FixtureTask;
 
   beforeAll(async () => {
-    ({ runner, fixAdd, greet } = await openFixtureRollouts());
+    ({ runner, fixAdd, greet, slugify } = await openFixtureRollouts());
   });
   afterAll(async () => {
     await runner.close();
@@ -43,12 +44,12 @@ describe("setup → agent → grading", () => {
     expect([gold.reward, empty.reward]).toEqual([1, 0]);
   });
 
-  it("shows the agent a single-commit repository; grading gets the original history back", async () => {
-    // The fix's commit exists in the image (branch `fix`, tag `v1-fixed`, packed by gc).
+  it("the image keeps the base's ancestry and nothing beyond; the agent sees one commit; grading the ancestry", async () => {
+    // fix-add's setup committed twice, then the fix on branch `fix` with tag `v1-fixed`.
     const probe = await Sandbox.start({ image: fixAdd.image, rolloutId: "history-probe", stage: "grading" });
-    const fixSha = (await probe.sh("git rev-parse v1-fixed")).stdout.trim();
+    const image = await probe.sh("git log --all --format=%s; git tag; git cat-file --batch-all-objects --batch | grep -ac 'a + b'");
     await probe.remove();
-    expect(fixSha).toMatch(/^[0-9a-f]{40}$/);
+    expect(image.stdout).toBe("calc: tests\ncalc: initial version\n0\n");
     const o = await runner.run({
       ...fixAdd,
       rolloutId: "history",
@@ -56,19 +57,25 @@ describe("setup → agent → grading", () => {
         // The agent's view is asserted inside the agent stage: it exits non-zero if it sees more.
         script: [
           "set -e",
-          'test "$(git rev-list --count HEAD)" = 1',
+          'test "$(git rev-list --all --count)" = 1',
           'test -z "$(git tag)"',
           'test "$(git branch --format=%\\(refname:short\\))" = main',
           "test ! -e .git/packed-refs",
           "test ! -e .git/ORIG_HEAD",
-          `! git cat-file -e ${fixSha} 2>/dev/null`, // the object itself is gone, not just unreferenced
           "sed -i 's/return a - b/return a + b/' calc.py",
         ].join("\n"),
       },
     });
-    // The hidden test_grading_sees_the_original_history needs the 2-commit history back.
+    // The hidden test_grading_sees_the_base_history_and_nothing_beyond checks grading's view.
     expect(o).toMatchObject({ status: "ok", reward: 1 });
     expect(o.log).toContain("5 passed");
+  });
+
+  it("without needs_git_history the image holds one commit of the base tree", async () => {
+    const probe = await Sandbox.start({ image: slugify.image, rolloutId: "history-probe", stage: "grading" });
+    const r = await probe.sh("git log --all --format=%s; git status --porcelain; git cat-file --batch-all-objects --batch | grep -ac 're.sub'");
+    await probe.remove();
+    expect(r.stdout).toBe("task base\n0\n");
   });
 
   it("an agent that exits non-zero is agent_error with reward 0, not env_error", async () => {

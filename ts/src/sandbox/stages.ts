@@ -15,6 +15,7 @@ import { SANITIZE_GIT_SCRIPT } from "./git-history.ts";
 import { applyWorkspaceChange, lockProtectedFiles, runGrader } from "./grader.ts";
 import { networkAttempts, resourceCounters } from "./host-probes.ts";
 import { ProtectedPaths } from "./protected-paths.ts";
+import { moduleNamesOf, shadowingFiles } from "./shadowing.ts";
 import type { TarFile } from "./tar.ts";
 import { withOverlay, writeGradingFiles, writeOverlay } from "./task-overlay.ts";
 import { FORWARDER_PORT, ROUTE_SOCKET } from "./proxy-route.ts";
@@ -88,20 +89,28 @@ export function writesOutsideWorkspace(changes: Array<{ path: string; kind: stri
  * Stops every process the agent left. Freezing is preferred (it also stops a
  * fork bomb mid-fork); runc's freezer can give up under heavy load ("unable
  * to freeze"), and then SIGKILL to every process of the agent's uid does the
- * same job (PID 1 is root and survives it).
+ * same job (PID 1 is root and survives it). If neither works while the pids
+ * limit is being hit, the agent's processes starved even our exec: that is
+ * the agent's outcome (resource_limit), not the environment's.
  */
 async function quiesce(sb: Sandbox): Promise<void> {
+  const onlyDaemonErrors = (e: unknown): undefined => {
+    if (!(e instanceof SandboxEnvError) || e.kind !== "daemon_error") throw e;
+    return undefined;
+  };
   try {
     await sb.pause();
     return;
   } catch (e) {
-    if (!(e instanceof SandboxEnvError) || e.kind !== "daemon_error") throw e;
+    onlyDaemonErrors(e);
   }
-  const r = await sb.exec(["kill", "-KILL", "-1"], { timeoutMs: 30_000 });
+  const r = await sb.exec(["kill", "-KILL", "-1"], { timeoutMs: 30_000 }).catch(onlyDaemonErrors);
   // kill -1 also kills itself: 137 is its own SIGKILL, i.e. success.
-  if (r.exitCode !== 0 && r.exitCode !== 137) {
-    throw new SandboxEnvError("daemon_error", `could not stop the agent's processes: pause failed and kill exited ${r.exitCode}`, sb.context());
+  if (r && (r.exitCode === 0 || r.exitCode === 137)) return;
+  if (resourceCounters(sb.id).pidsLimitHits > 0) {
+    throw new AgentLimitError("unkillable_processes", "the agent's processes could be neither frozen nor killed while they held the pids limit", sb.context());
   }
+  throw new SandboxEnvError("daemon_error", `could not stop the agent's processes: pause failed and kill ${r ? `exited ${r.exitCode}` : "could not run"}`, sb.context());
 }
 
 /** Pristine /workspace per image. Tags are content hashes, so an entry never goes stale. */
@@ -167,9 +176,11 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
     const res = resourceCounters(sb.id);
     if (res.pidsLimitHits > 0 || res.oomKills > 0) flags.add("resource_limit");
     if (box.gitProbes().length > 0) flags.add("git_history_probe");
+    const full = running ? await sb.fullFilesystems() : [];
+    if (full.length) flags.add("resource_limit");
     const ours = [...new Set(agentFiles.map((f) => `/${f.path.split("/")[0]}`))];
     const outside = writesOutsideWorkspace(await sb.changes(), [...box.mountPoints, ...ours]);
-    if (outside.length) flags.add("write_outside_workspace");
+    if (outside.length || (running && (await sb.shmUsed()))) flags.add("write_outside_workspace");
     if (outside.some((p) => p.startsWith("/logs/verifier"))) flags.add("grader_spoofing");
     timingsMs.agent = performance.now() - t;
     const engineFault = req.engineFault?.();
@@ -184,6 +195,7 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
       throw new SandboxEnvError("container_died", "agent container stopped during the agent stage", sb.context());
     }
     if (run.exitCode !== 0) return out({ status: "agent_error", reward: 0, log: run.stderr.slice(-4000) });
+    if (full.length) return out({ status: "agent_error", reward: 0, log: `the agent filled ${full.join(", ")} (disk quota)` });
     const agentWorkspace = await sb.getFiles(WORKSPACE, cfg.maxWorkspaceBytes);
     source.discard(box);
     box = undefined;
@@ -199,6 +211,8 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
     const change = diffWorkspace(pristine, snapshotOf(agentWorkspace), protectedPaths);
     if (change.tampered.length) flags.add("tampered_test_path");
     if (change.escapingLinks.length) flags.add("write_outside_workspace");
+    const shadows = shadowingFiles(change.write, pristine, change.remove, await moduleNamesOf(req.image, grading));
+    if (shadows.length) flags.add("shadowed_module");
     if (change.tampered.length && cfg.onProtectedChange === "reject") {
       timingsMs.grading = performance.now() - t;
       return out({ status: "agent_error", reward: 0, log: `rejected: changed protected paths ${change.tampered.join(", ")}` });
@@ -208,14 +222,23 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
     await writeGradingFiles(grading, req.task);
     const verdict = await runGrader(grading, req.task);
     timingsMs.grading = performance.now() - t;
-    if (verdict.spoofed) flags.add("grader_spoofing");
+    for (const f of verdict.flags) flags.add(f);
+    // The code under test filling the disk at grading is the agent's doing too: 0, never an env error.
+    const fullAtGrading = await grading.fullFilesystems();
+    const gradingRes = resourceCounters(grading.id);
+    if (fullAtGrading.length || gradingRes.pidsLimitHits > 0 || gradingRes.oomKills > 0) flags.add("resource_limit");
     if (verdict.timedOut) {
       flags.add("timeout");
       return out({ status: "timeout", reward: 0, log: verdict.log.slice(-4000) });
     }
-    return out({ status: "ok", reward: verdict.reward, log: verdict.log.slice(-4000) });
+    // What the runner refused goes first: it is why a tampering rollout scored 0.
+    const refused = [...verdict.violations, ...shadows.map((p) => `${p} shadows an installed or standard module`)].map((v) => `grader: ${v}\n`).join("");
+    return out({ status: "ok", reward: shadows.length || fullAtGrading.length ? 0 : verdict.reward, log: refused + verdict.log.slice(-4000) });
   } catch (e) {
-    if (e instanceof AgentLimitError) return out({ status: "agent_error", reward: 0, log: e.message });
+    if (e instanceof AgentLimitError) {
+      flags.add(e.flag);
+      return out({ status: "agent_error", reward: 0, log: e.message });
+    }
     if (!(e instanceof SandboxEnvError)) throw e;
     return out({ status: "env_error", reward: null, envError: { kind: e.kind, message: e.message } });
   } finally {

@@ -14,6 +14,7 @@ import { SandboxEnvError, TaskFormatError, daemonError } from "./errors.ts";
 import { hashTree } from "./hash.ts";
 import { buildLockPath, withHostLock } from "./host-lock.ts";
 import { quarantined, touchImage } from "./image-state.ts";
+import { baseHistoryScript } from "./git-history.ts";
 import { filesOfDir, packFiles } from "./tar.ts";
 import type { TaskDefinition } from "./task.ts";
 import { LABEL, OWNER, WORKSPACE } from "./types.ts";
@@ -26,7 +27,8 @@ export interface TaskImage {
   buildMs: number;
 }
 
-const RECIPE_VERSION = "task-v1";
+/** task-v2: the repository's history is cut back to the base commit at build (git-history.ts). */
+const RECIPE_VERSION = "task-v2";
 
 function repoName(task: string): string {
   return `lego-rl/task-${task.toLowerCase().replace(/[^a-z0-9._-]/g, "-")}`;
@@ -34,7 +36,7 @@ function repoName(task: string): string {
 
 export function taskImageTag(task: TaskDefinition, baseTag = baseImageTag()): string {
   const h = hashTree(task.environment.dir);
-  h.update(`\0${RECIPE_VERSION}\0${baseTag}\0${task.environment.kind}`);
+  h.update(`\0${RECIPE_VERSION}\0${baseTag}\0${task.environment.kind}\0history=${task.config.needsGitHistory}`);
   return `${repoName(task.environment.image ?? task.name)}:${h.digest("hex").slice(0, 16)}`;
 }
 
@@ -107,6 +109,37 @@ async function buildFromDockerfile(task: TaskDefinition, baseTag: string, tag: s
     throw new SandboxEnvError("image_build_failed", `docker build: ${(e as Error).message}`, { task: task.name, image: tag },
       "read the build log; the Dockerfile must not need the network", { cause: e });
   }
+  // The built image still holds the repository's whole history: cut it back and commit over the tag.
+  const sb = await Sandbox.start({ image: tag, rolloutId: `build-${task.name}`, stage: "build", profile: "build" });
+  try {
+    await cutHistory(sb, task, tag);
+    await commitTaskImage(sb, task, tag);
+  } finally {
+    await sb.remove();
+  }
+}
+
+/** No history beyond the base commit in the image (see git-history.ts). */
+async function cutHistory(sb: Sandbox, task: TaskDefinition, tag: string): Promise<void> {
+  const r = await sb.exec(["bash", "-c", baseHistoryScript(task.config.needsGitHistory)], { user: "0", timeoutMs: 600_000 });
+  if (r.exitCode !== 0) {
+    throw new SandboxEnvError("image_build_failed", `cutting git history back to the base commit exited ${r.exitCode}: ${r.stderr.slice(-2000)}`,
+      { task: task.name, image: tag }, "the task's /workspace repository must have a HEAD commit");
+  }
+}
+
+async function commitTaskImage(sb: Sandbox, task: TaskDefinition, tag: string): Promise<void> {
+  const [repo, version] = tag.split(":") as [string, string];
+  try {
+    await sb.container.commit({
+      repo,
+      tag: version,
+      changes: [`LABEL ${LABEL.owner}=${OWNER} ${LABEL.imageKind}=task ${LABEL.task}=${task.name}`, `WORKDIR ${WORKSPACE}`],
+      pause: true,
+    } as never);
+  } catch (e) {
+    throw daemonError(e, "commit task image", { task: task.name, image: tag });
+  }
 }
 
 async function buildFromSetupScript(task: TaskDefinition, baseTag: string, tag: string, log: BuildLog): Promise<void> {
@@ -121,17 +154,8 @@ async function buildFromSetupScript(task: TaskDefinition, baseTag: string, tag: 
         { task: task.name, image: tag }, "fix the task's environment/setup.sh");
     }
     await sb.exec(["rm", "-rf", "/environment"], { user: "0" });
-    const [repo, version] = tag.split(":") as [string, string];
-    try {
-      await sb.container.commit({
-        repo,
-        tag: version,
-        changes: [`LABEL ${LABEL.owner}=${OWNER} ${LABEL.imageKind}=task ${LABEL.task}=${task.name}`, `WORKDIR ${WORKSPACE}`],
-        pause: true,
-      } as never);
-    } catch (e) {
-      throw daemonError(e, "commit task image", { task: task.name, image: tag });
-    }
+    await cutHistory(sb, task, tag);
+    await commitTaskImage(sb, task, tag);
   } finally {
     await sb.remove();
   }

@@ -24,7 +24,12 @@ export interface TaskConfig {
   buildTimeoutSec: number;
   /** Extra protected globs beyond the defaults ([lego] protected_paths). */
   protectedPaths: string[];
-  /** Grading keeps the image's full git history ([lego] needs_git_history). Default true. */
+  /**
+   * The verifier needs the repository's history up to the base commit
+   * ([lego] needs_git_history, default false). Either way nothing beyond the
+   * base (future commits, other branches, tags) is left in the task image;
+   * without it the image keeps one commit of the base tree.
+   */
   needsGitHistory: boolean;
   /**
    * The verifier's pytest reports to the grading runner through the
@@ -34,8 +39,11 @@ export interface TaskConfig {
   verdictPlugin: boolean;
   /**
    * SWE-bench's FAIL_TO_PASS ([lego] fail_to_pass): pytest node ids that fail
-   * before the fix and must pass after it. Generated verifiers (ts/src/tasks)
-   * run exactly these and PASS_TO_PASS.
+   * before the fix and must pass after it. With named tests (this or
+   * passToPass non-empty) the reward is 1 only when every named test was
+   * reported passed by the grading runner's reporter; a missing, errored or
+   * skipped named test is a failure, and the verifier's exit status is not
+   * consulted (other tests may fail, as in SWE-bench).
    */
   failToPass: string[];
   /** SWE-bench's PASS_TO_PASS ([lego] pass_to_pass): node ids that passed before and must still pass. */
@@ -52,7 +60,7 @@ export const DEFAULT_TASK_CONFIG: TaskConfig = {
   verifierTimeoutSec: 120,
   buildTimeoutSec: 600,
   protectedPaths: [],
-  needsGitHistory: true,
+  needsGitHistory: false,
   verdictPlugin: true,
   failToPass: [],
   passToPass: [],
@@ -194,7 +202,7 @@ export function readTaskConfig(text: string, taskDir: string): { doc: Record<str
   }
   for (const t of ["task", "metadata", "agent", "verifier", "environment", "solution", "lego"]) f.table(t);
   const d = DEFAULT_TASK_CONFIG;
-  return {
+  const out = {
     doc,
     schemaVersion,
     config: {
@@ -208,6 +216,12 @@ export function readTaskConfig(text: string, taskDir: string): { doc: Record<str
       passToPass: f.strings("lego", "pass_to_pass"),
     },
   };
+  const { config } = out;
+  if (!config.verdictPlugin && (config.failToPass.length || config.passToPass.length)) {
+    const line = lineOfKey(text, "lego", "verdict_plugin");
+    throw new TaskFormatError(taskDir, `task.toml${line ? `:${line}` : ""}`, "lego.verdict_plugin: named tests (fail_to_pass, pass_to_pass) are graded from the plugin's reports: it must stay on");
+  }
+  return out;
 }
 
 /** Harbor 1.4 names a task in [task] name ("org/name"); older files in [metadata] name. */

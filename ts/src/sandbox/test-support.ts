@@ -10,15 +10,19 @@ import { loadTask, type TaskDefinition } from "./task.ts";
 import { ensureTaskImage, type TaskImage } from "./task-image.ts";
 import { currentRun } from "./run-identity.ts";
 import { containersOfRun } from "./reaper.ts";
-import { RolloutRunner } from "./rollout-runner.ts";
+import { RolloutRunner, type RolloutRunnerConfig } from "./rollout-runner.ts";
 
 export const FIXTURES = fileURLToPath(new URL("./fixtures/tasks/", import.meta.url));
 
-export function fixtureTask(name: "fix-add" | "greet"): TaskDefinition {
+/** The built-in fixture tasks: fix-add (setup script, keeps history), greet (Dockerfile), slugify (names its tests). */
+export type FixtureName = "fix-add" | "greet" | "slugify";
+export const FIXTURE_NAMES: readonly FixtureName[] = ["fix-add", "greet", "slugify"];
+
+export function fixtureTask(name: FixtureName): TaskDefinition {
   return loadTask(`${FIXTURES}${name}`);
 }
 
-export async function fixtureImage(name: "fix-add" | "greet"): Promise<{ task: TaskDefinition; image: TaskImage }> {
+export async function fixtureImage(name: FixtureName): Promise<{ task: TaskDefinition; image: TaskImage }> {
   const base = await ensureBaseImage();
   const task = fixtureTask(name);
   return { task, image: await ensureTaskImage(task, base.tag) };
@@ -31,10 +35,9 @@ export async function fixtureImage(name: "fix-add" | "greet"): Promise<{ task: T
  */
 export const IMAGE_BUILD_TIMEOUT_MS = 600_000;
 
-/** Base image and both fixture task images, built if missing. */
+/** Base image and every fixture task image, built if missing. */
 export async function fixtureImages(): Promise<void> {
-  await fixtureImage("fix-add");
-  await fixtureImage("greet");
+  for (const name of FIXTURE_NAMES) await fixtureImage(name);
 }
 
 /** Containers this test process still owns (tests assert it is empty after cleanup). */
@@ -48,10 +51,16 @@ export interface FixtureTask {
   image: string;
 }
 
-/** A rollout runner (2 at a time, no env_error retries) and both fixture tasks, as stage and attack tests use them. */
-export async function openFixtureRollouts(): Promise<{ runner: RolloutRunner; fixAdd: FixtureTask; greet: FixtureTask }> {
-  const runner = await RolloutRunner.create({ concurrency: 2, maxAttempts: 1 });
-  const a = await fixtureImage("fix-add");
-  const g = await fixtureImage("greet");
-  return { runner, fixAdd: { task: a.task, image: a.image.tag }, greet: { task: g.task, image: g.image.tag } };
+/** A fixture task's definition and image tag, built if missing. */
+export async function fixtureRollout(name: FixtureName): Promise<FixtureTask> {
+  const { task, image } = await fixtureImage(name);
+  return { task, image: image.tag };
+}
+
+/** A rollout runner (2 at a time, no env_error retries) and the fixture tasks, as stage and attack tests use them. */
+export async function openFixtureRollouts(
+  config: Partial<RolloutRunnerConfig> = {},
+): Promise<{ runner: RolloutRunner; fixAdd: FixtureTask; greet: FixtureTask; slugify: FixtureTask }> {
+  const runner = await RolloutRunner.create({ concurrency: 2, maxAttempts: 1, ...config });
+  return { runner, fixAdd: await fixtureRollout("fix-add"), greet: await fixtureRollout("greet"), slugify: await fixtureRollout("slugify") };
 }

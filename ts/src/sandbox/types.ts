@@ -1,27 +1,18 @@
 /**
- * Domain names shared by the sandbox modules. The trajectory `status` and
- * `defense_flags` strings match the cross-language record in `schemas/`
- * (status ∈ ok | agent_error | timeout | env_error; flags are plain strings).
+ * Domain names shared by the sandbox modules. Outcome statuses and defense
+ * flags are the schema's vocabulary (schemas/records.toml: TrajectoryStatus,
+ * DefenseFlag), never re-typed here; docs/sandbox.md says what raises each flag.
  */
+import type { DefenseFlag, TrajectoryStatus } from "../schema/index.ts";
+
+export type { DefenseFlag } from "../schema/index.ts";
+export { DEFENSE_FLAG_VALUES } from "../schema/index.ts";
 
 /** A rollout runs three stages, each in its own container. */
 export type SandboxStage = "setup" | "agent" | "grading";
 
 /** Outcome kinds, exactly the trajectory `status` strings of the schema. */
-export type OutcomeStatus = "ok" | "agent_error" | "timeout" | "env_error";
-
-/**
- * A defense that fired. The first five are the names the schema documents;
- * the rest are ours and listed in docs/sandbox.md.
- */
-export type DefenseFlag =
-  | "tampered_test_path" // agent changed a protected path (tests, conftest, sitecustomize, .pth, CI)
-  | "network_attempt" // agent stage sent a packet to anything but loopback
-  | "git_history_probe" // agent ran git commands that hunt history (log --all, reflog, fsck …)
-  | "grader_spoofing" // agent wrote the verifier reward file or printed a fake verdict
-  | "timeout" // a stage ran past its limit
-  | "write_outside_workspace" // agent stage changed files outside /workspace and /tmp
-  | "resource_limit"; // agent stage hit the memory or pids limit (OOM kill, fork refused)
+export type OutcomeStatus = TrajectoryStatus;
 
 /** Why the environment (not the agent) failed; the rollout is retried, never trained on. */
 export type EnvErrorKind =
@@ -60,12 +51,25 @@ export interface SandboxLimits {
   memoryBytes: number;
   /** Maximum number of processes/threads in the container (fork bombs stop here). */
   pids: number;
+  /**
+   * Disk quota of the container's writable layer (every write outside /tmp
+   * and /dev/shm: /workspace, /home, /var/tmp …), enforced by the kernel
+   * (disk-quota.ts). 0 turns it off (a host without root or loop devices).
+   */
+  diskBytes: number;
+  /** Size of the /tmp tmpfs (HOME; counted against memoryBytes). */
+  tmpBytes: number;
+  /** Size of the /dev/shm tmpfs (counted against memoryBytes). */
+  shmBytes: number;
 }
 
 export const DEFAULT_LIMITS: SandboxLimits = {
   cpus: 1,
   memoryBytes: 512 * 1024 * 1024,
   pids: 256,
+  diskBytes: 1024 * 1024 * 1024,
+  tmpBytes: 128 * 1024 * 1024,
+  shmBytes: 64 * 1024 * 1024,
 };
 
 /** Labels put on every container and image we own, so the reaper and GC can find them. */

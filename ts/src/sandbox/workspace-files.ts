@@ -33,6 +33,10 @@ export function snapshotOf(entries: TarEntry[]): Snapshot {
   return map;
 }
 
+function isBytecode(rel: string): boolean {
+  return rel.endsWith(".pyc") || rel.endsWith(".pyo") || rel.includes("__pycache__/") || rel.endsWith("__pycache__");
+}
+
 function same(a: TarEntry, b: TarEntry): boolean {
   return (
     a.type === b.type &&
@@ -59,6 +63,8 @@ export function diffWorkspace(pristine: Snapshot, agent: Snapshot, protectedPath
     for (let i = 1; i < parts.length; i++) guardedDirs.add(parts.slice(0, i).join("/"));
   }
   for (const [rel, e] of agent) {
+    // Bytecode never travels: an unchecked hash-based .pyc runs whatever it holds, whatever its source says.
+    if (isBytecode(rel)) continue;
     const before = pristine.get(rel);
     if (before && same(before, e)) continue;
     if (protectedPaths.covers(rel) || guardedDirs.has(rel)) {
@@ -79,7 +85,7 @@ export function diffWorkspace(pristine: Snapshot, agent: Snapshot, protectedPath
     });
   }
   for (const rel of pristine.keys()) {
-    if (agent.has(rel)) continue;
+    if (agent.has(rel) || isBytecode(rel)) continue;
     if (protectedPaths.matches(rel)) out.tampered.push(rel);
     else out.remove.push(rel);
   }

@@ -16,6 +16,11 @@ export const TRAJECTORY_STATUS_VALUES = ["ok", "agent_error", "timeout", "env_er
 /** How a rollout ended. Only `ok` carries a reward that may train; `env_error` never trains. */
 export type TrajectoryStatus = (typeof TRAJECTORY_STATUS_VALUES)[number];
 
+/** A sandbox defense that fired during a rollout (docs/sandbox.md lists what raises each). A flagged rollout is visible to monitoring; most flags also mean reward 0. */
+export const DEFENSE_FLAG_VALUES = ["tampered_test_path", "network_attempt", "git_history_probe", "grader_spoofing", "timeout", "write_outside_workspace", "resource_limit", "shadowed_module", "grader_tampering", "pathological_tree", "unfinished_test_session"] as const;
+/** A sandbox defense that fired during a rollout (docs/sandbox.md lists what raises each). A flagged rollout is visible to monitoring; most flags also mean reward 0. */
+export type DefenseFlag = (typeof DEFENSE_FLAG_VALUES)[number];
+
 /** Why the engine stopped generating a turn. */
 export const FINISH_REASON_VALUES = ["stop", "length", "abort", "error"] as const;
 /** Why the engine stopped generating a turn. */
@@ -148,7 +153,7 @@ export interface Trajectory {
   reward: number | null;
   /** 0 for the first try; env_error retries count up. */
   attempt: number;
-  /** Defenses that fired (tampered_test_path, network_attempt, ...). */
+  /** Defenses that fired: DefenseFlag values, sorted. */
   defense_flags: string[];
   /** What went wrong, for env_error / agent_error. */
   error: string | null;

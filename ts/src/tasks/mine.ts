@@ -12,7 +12,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, w
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gunzipSync } from "node:zlib";
-import { ensureBaseImage, ensureTaskImage, Sandbox } from "../sandbox/index.ts";
+import { DEFAULT_LIMITS, ensureBaseImage, ensureTaskImage, Sandbox } from "../sandbox/index.ts";
 import { unpack, type TarFile } from "../sandbox/tar.ts";
 import type { TasksConfig } from "./config.ts";
 import { TaskSourceError } from "./errors.ts";
@@ -120,7 +120,7 @@ async function mineProject(cfg: TasksConfig, project: MinedProject, opts: MineOp
   const sources = sourceFiles(tree, project.sources);
   const maxTasks = Math.min(project.maxTasks, opts.maxTasks ?? Number.POSITIVE_INFINITY);
   const config = { project: project.name, version, sources, seed: opts.seed, max_candidates: opts.maxCandidates, max_tasks: maxTasks };
-  const sb = await Sandbox.start({ image: image.tag, rolloutId: `mine-${project.name}`, stage: "build", limits: { cpus: 1, memoryBytes: 1 << 30, pids: 256 } });
+  const sb = await Sandbox.start({ image: image.tag, rolloutId: `mine-${project.name}`, stage: "build", limits: { ...DEFAULT_LIMITS, memoryBytes: 1 << 30 } });
   let out: string;
   let summary: { candidates: number; baseline_tests: number };
   try {

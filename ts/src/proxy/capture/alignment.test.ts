@@ -6,6 +6,7 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import type { ScriptedEngine, ScriptedReply } from "../../engine/scripted.ts";
+import type { EngineClient } from "../../engine/types.ts";
 import { TokenProvenance, type Turn } from "../records.ts";
 import type { ProxyServer, ProxySession } from "../server.ts";
 import { checkSegment, MODEL_NAME, qwen3, qwen3ToolCall, scriptedEngine, startProxy } from "../test-support.ts";
@@ -22,7 +23,7 @@ afterEach(async () => {
   proxy = null;
 });
 
-async function setup(script: ScriptedReply[], moe?: { layers: number; topK: number; experts: number }, decodeMsPerToken = 0) {
+async function setup(script: ScriptedReply[], moe?: { layers: number; topK: number; experts: number; inputRows?: boolean }, decodeMsPerToken = 0) {
   const engine = scriptedEngine(qwen3(), script, { ...(moe ? { moe } : {}), decodeMsPerToken });
   proxy = await startProxy(engine);
   return { engine, session: proxy.createSession("s"), proxy };
@@ -39,13 +40,13 @@ async function chat(s: ProxySession, messages: Msg[], extra: Msg = {}): Promise<
   return body.choices[0]!.message;
 }
 
-async function anthropic(s: ProxySession, messages: Msg[], system = "You are Claude Code."): Promise<Msg> {
+async function anthropic(s: ProxySession, messages: Msg[], system = "You are Claude Code.", tools: Msg[] = anthropicTools): Promise<Msg> {
   const res = await fetch(`${s.baseUrl}/v1/messages?beta=true`, {
     method: "POST",
     headers: { "x-api-key": s.secret },
-    body: JSON.stringify({ model: MODEL_NAME, max_tokens: 256, system: [{ type: "text", text: system }], messages, tools: anthropicTools }),
+    body: JSON.stringify({ model: MODEL_NAME, max_tokens: 256, system: [{ type: "text", text: system }], messages, tools }),
   });
-  expect(res.status).toBe(200);
+  expect(res.status, await res.clone().text()).toBe(200);
   return (await res.json()) as Msg;
 }
 
@@ -159,6 +160,20 @@ describe("segments stay token-exact when clients re-serialize history", () => {
     ]);
   });
 
+  it("seals when an earlier user message changes only in whitespace: the engine would otherwise keep the old tokens", async () => {
+    const { engine, session, proxy } = await setup([{ text: "r1" }, { text: "r2" }, { text: "r3" }]);
+    await chat(session, [{ role: "user", content: "def f():\n  return 1" }]);
+    await chat(session, [{ role: "user", content: "def f():\n  return 1" }, { role: "assistant", content: "r1" }, { role: "user", content: "u2" }]);
+    // The harness re-indents the code it sent first.
+    await chat(session, [{ role: "user", content: "def f():\n    return 1" }, { role: "assistant", content: "r1" }, { role: "user", content: "u2" }, { role: "assistant", content: "r2" }, { role: "user", content: "u3" }]);
+    const records = expectAligned(proxy.closeSession(session.id), engine);
+    expect(records.segments.map((s) => [s.seal_reason, s.turns.length])).toEqual([
+      ["history_rewritten", 2],
+      ["finished", 1],
+    ]);
+    expect(qwen3().tokenizer.decode(records.segments[1]!.token_ids)).toContain("def f():\n    return 1");
+  });
+
   it("rolls a retried turn back into the audit list", async () => {
     const { engine, session, proxy } = await setup([{ text: "r1" }, { text: "first try" }, { text: "second try" }, { text: "r3" }]);
     const h = [{ role: "user", content: "u1" }, { role: "assistant", content: "r1" }, { role: "user", content: "u2" }];
@@ -209,6 +224,73 @@ describe("segments stay token-exact when clients re-serialize history", () => {
     expect(records.counters).toMatchObject({ main_turns: 2, side_thread_turns: 1 });
   });
 
+  it("keeps a call that changes the tool list in its thread, sealing the segment because the prompt changed", async () => {
+    const { engine, session, proxy } = await setup([{ text: "r1" }, { text: "r2" }, { text: "r3" }]);
+    const more = [...tools, { type: "function", function: { name: "search", parameters: { type: "object", properties: { q: { type: "string" } } } } }];
+    const h: Msg[] = [{ role: "system", content: "Agent." }, { role: "user", content: "u1" }];
+    await chat(session, h);
+    h.push({ role: "assistant", content: "r1" }, { role: "user", content: "u2" });
+    await chat(session, h, { tools: more });
+    h.push({ role: "assistant", content: "r2" }, { role: "user", content: "u3" });
+    await chat(session, h, { tools: more });
+    const records = expectAligned(proxy.closeSession(session.id), engine);
+    expect(records.segments.map((s) => [s.thread_id, s.seal_reason, s.turns.length])).toEqual([
+      ["main", "history_rewritten", 1],
+      ["main", "finished", 2],
+    ]);
+    expect(records.side_thread_ids).toEqual([]);
+    expect(records.counters).toMatchObject({ main_turns: 3, side_thread_turns: 0 });
+  });
+
+  it("renders a tool_reference as the API expands it, and declaring the deferred tool does not seal (Claude Code's ToolSearch)", async () => {
+    const search = qwen3ToolCall("ToolSearch", { query: "select:WebFetch", max_results: 5 });
+    const fetchCall = qwen3ToolCall("WebFetch", { url: "https://example.com" });
+    const { engine, session, proxy } = await setup([{ text: search }, { text: fetchCall }, { text: "It is an example page." }]);
+    const toolSearch = { name: "ToolSearch", description: "Fetches deferred tools.", input_schema: { type: "object", properties: { query: { type: "string" }, max_results: { type: "number" } } } };
+    const placeholder = { name: "DeferredToolPlaceholder", description: "never call this", input_schema: { type: "object", properties: {} }, defer_loading: true };
+    const webFetch = { name: "WebFetch", description: "Fetch a URL", input_schema: { type: "object", properties: { url: { type: "string" } } }, defer_loading: true };
+    const h: Msg[] = [{ role: "user", content: "What is on example.com?" }];
+    const first = await anthropic(session, h, "You are Claude Code.", [...anthropicTools, toolSearch, placeholder]);
+    const use = (first["content"] as Msg[]).find((b) => b["type"] === "tool_use")!;
+    h.push({ role: "assistant", content: first["content"] }, { role: "user", content: [{ type: "tool_result", tool_use_id: use["id"], content: [{ type: "tool_reference", tool_name: "WebFetch" }] }] });
+    const second = await anthropic(session, h, "You are Claude Code.", [...anthropicTools, toolSearch, webFetch, placeholder]);
+    expect(second["content"]).toEqual([{ type: "tool_use", id: "toolu_1_0", name: "WebFetch", input: { url: "https://example.com" } }]);
+    const prompt = qwen3().tokenizer.decode(engine.prompts[1]!);
+    expect(prompt).toContain(
+      '<tool_response>\n<functions>\n<function>{"description": "Fetch a URL", "name": "WebFetch", "parameters": {"type": "object", "properties": {"url": {"type": "string"}}}}</function>\n</functions>\n</tool_response>',
+    );
+    // Deferred tools are not in the prompt's tool list.
+    expect(prompt.slice(0, prompt.indexOf("</tools>"))).not.toContain("WebFetch");
+    expect(prompt.slice(0, prompt.indexOf("</tools>"))).not.toContain("DeferredToolPlaceholder");
+    h.push({ role: "assistant", content: second["content"] }, { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1_0", content: "Example Domain" }] });
+    await anthropic(session, h, "You are Claude Code.", [...anthropicTools, toolSearch, webFetch, placeholder]);
+    const records = expectAligned(proxy.closeSession(session.id), engine);
+    expect(records.segments.map((s) => [s.thread_id, s.seal_reason, s.turns.length])).toEqual([["main", "finished", 3]]);
+  });
+
+  it("refuses a tool_reference to a tool the request does not declare", async () => {
+    const { session } = await setup([]);
+    const res = await fetch(`${session.baseUrl}/v1/messages`, {
+      method: "POST",
+      headers: { "x-api-key": session.secret },
+      body: JSON.stringify({
+        model: MODEL_NAME,
+        max_tokens: 16,
+        tools: anthropicTools,
+        messages: [
+          { role: "user", content: "x" },
+          { role: "assistant", content: [{ type: "tool_use", id: "t1", name: "Bash", input: {} }] },
+          { role: "user", content: [{ type: "tool_result", tool_use_id: "t1", content: [{ type: "tool_reference", tool_name: "Nope" }] }] },
+        ],
+      }),
+    });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toEqual({
+      type: "error",
+      error: { type: "invalid_request_error", message: 'messages.2.content.0.content.0.tool_name: the request declares no tool "Nope"' },
+    });
+  });
+
   it("records MoE routing for sampled tokens and pads the rest", async () => {
     const moe = { layers: 2, topK: 2, experts: 8 };
     const { engine, session, proxy } = await setup([{ text: "r1" }, { text: "r2" }], moe);
@@ -222,5 +304,55 @@ describe("segments stay token-exact when clients re-serialize history", () => {
     const span = seg.turns[1]!;
     const turn = records.turns[1]!;
     expect(Array.from(seg.routing!.subarray(span.completion_start * 4, span.completion_end * 4))).toEqual(Array.from(turn.routing!));
+  });
+});
+
+describe("routing coverage", () => {
+  const moe = { layers: 2, topK: 2, experts: 8, inputRows: true };
+  const shape = { layers: 2, top_k: 2, num_experts: 8 };
+  const width = 4;
+
+  async function threeTurns(engine: EngineClient) {
+    proxy = await startProxy(engine);
+    const session = proxy.createSession("s");
+    const h: Msg[] = [{ role: "user", content: "u1" }];
+    for (const reply of ["r1", "r2", "r3"]) {
+      await chat(session, h);
+      h.push({ role: "assistant", content: reply }, { role: "user", content: `after ${reply}` });
+    }
+    return proxy.closeSession(session.id);
+  }
+
+  it("fills each turn's last sampled token from the next turn's prefill: every row the trainer replays is recorded", async () => {
+    const engine = scriptedEngine(qwen3(), [{ text: "r1" }, { text: "r2" }, { text: "r3" }], { moe });
+    const records = expectAligned(await threeTurns(engine), engine, shape);
+    const [seg] = records.segments;
+    // Engines route only tokens fed as input: each turn's last token came back without a row ...
+    for (const t of records.turns) expect(t.routing!.subarray((t.completion_ids.length - 1) * width).every((v) => v === 0)).toBe(true);
+    // ... and the next prefill routed it; only the segment's very last token has none.
+    expect(Array.from(seg!.routing_recorded!)).toEqual([...Array<number>(seg!.token_ids.length - 1).fill(1), 0]);
+    expect(records.routing_coverage).toEqual([{ segment_id: seg!.segment_id, thread_id: "main", rows_needed: seg!.token_ids.length - 1, rows_recorded: seg!.token_ids.length - 1, coverage: 1 }]);
+    const next = records.turns[1]!;
+    const p = seg!.turns[0]!.completion_end - 1;
+    expect(Array.from(seg!.routing!.subarray(p * width, (p + 1) * width))).toEqual(Array.from(next.prompt_routing!.subarray(p * width, (p + 1) * width)));
+  });
+
+  it("leaves a sampled token's row unrecorded when the next prefill ran under another policy version", async () => {
+    const scripted = scriptedEngine(qwen3(), [{ text: "r1" }, { text: "r2" }, { text: "r3" }], { moe });
+    let call = 0;
+    // The weights change after the first call.
+    const updated: EngineClient = {
+      name: "updated",
+      async *generate(req, signal) {
+        const version = call++ === 0 ? 0 : 1;
+        for await (const c of scripted.generate(req, signal)) yield { ...c, policy_version: version };
+      },
+      close: async () => {},
+    };
+    const records = await threeTurns(updated);
+    const [seg] = records.segments;
+    const unrecorded = Array.from(seg!.routing_recorded!.subarray(0, seg!.token_ids.length - 1)).flatMap((r, i) => (r === 0 ? [i] : []));
+    expect(unrecorded).toEqual([seg!.turns[0]!.completion_end - 1]);
+    expect(records.routing_coverage[0]!.rows_recorded).toBe(seg!.token_ids.length - 2);
   });
 });

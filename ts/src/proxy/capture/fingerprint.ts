@@ -1,16 +1,19 @@
 /**
- * Comparing the history a harness sends with what the proxy recorded.
+ * Comparing an assistant message a harness echoes back with the reply the proxy
+ * recorded.
  *
- * Harnesses re-serialize what they echo back (DESIGN.md "Facts from the
+ * Harnesses re-serialize what the model wrote (DESIGN.md "Facts from the
  * field"): Claude Code re-serializes tool arguments and can rename tools;
- * clients strip or add whitespace. A fingerprint keeps what identifies a
- * message and drops what re-serialization changes: whitespace runs collapse,
- * JSON arguments compare as canonical JSON, assistant tool calls compare by id
+ * clients strip or add whitespace around the text. A fingerprint keeps what
+ * identifies the reply and drops what re-serialization changes: whitespace runs
+ * collapse, JSON arguments compare as canonical JSON, tool calls compare by id
  * and arguments but not by name, and reasoning is ignored (harnesses drop or
- * redact thinking; the template drops it too).
+ * redact thinking; the template drops it too). The tokens the model saw are the
+ * recorded ones either way. Messages the harness writes itself (user, tool,
+ * system) are not fingerprinted: any change to them, whitespace included, is a
+ * change to the prompt (thread-capture.ts `sameMessage`).
  */
-import type { ChatMessage, ToolSpec } from "../chat.ts";
-import { toolsJson } from "../chat-template.ts";
+import type { ChatMessage } from "../chat.ts";
 
 function normText(s: string): string {
   return s.replace(/\s+/g, " ").trim();
@@ -37,29 +40,8 @@ function sortKeys(v: unknown): unknown {
   return v;
 }
 
-export function messageFingerprint(m: ChatMessage): string {
-  switch (m.role) {
-    case "assistant": {
-      const calls = (m.tool_calls ?? []).map((c) => `${c.id}\u0002${canonicalJson(c.arguments)}`).join("\u0003");
-      return `a\u0000${normText(m.content)}\u0000${calls}`;
-    }
-    case "tool":
-      return `t\u0000${m.tool_call_id ?? ""}\u0000${normText(m.content)}`;
-    default:
-      return `${m.role[0]}\u0000${normText(m.content)}`;
-  }
-}
-
-const fingerprints = new Map<string, string>();
-
-/** Identifies the tool list: any change to it changes the prompt the model saw. Remembered per tool-list JSON (harnesses send the same list every call). */
-export function toolsFingerprint(tools: ToolSpec[]): string {
-  const key = toolsJson(tools);
-  let fp = fingerprints.get(key);
-  if (fp === undefined) {
-    fp = tools.map((t) => `${t.name}\u0002${normText(t.description ?? "")}\u0002${JSON.stringify(sortKeys(t.parameters))}`).join("\u0003");
-    if (fingerprints.size >= 256) fingerprints.clear();
-    fingerprints.set(key, fp);
-  }
-  return fp;
+/** What identifies an assistant reply across re-serialization. */
+export function assistantFingerprint(m: ChatMessage): string {
+  const calls = (m.tool_calls ?? []).map((c) => `${c.id}\u0002${canonicalJson(c.arguments)}`).join("\u0003");
+  return `${normText(m.content)}\u0000${calls}`;
 }

@@ -3,16 +3,19 @@
  * merge into, and the audit list of turns that never train (rolled back by a
  * retry, aborted by a client disconnect, failed in the engine).
  *
- * Threads: calls are grouped by their system prompt + tool names, so a
- * sub-agent, OpenCode's title generation or a condenser gets a thread of its
- * own. At close the first thread that offered tools (else the first thread)
- * is the harness's `main` thread; every other one is a flagged `side` thread.
+ * Threads: calls are grouped by their system prompt, so a sub-agent, OpenCode's
+ * title generation or a condenser (each with a system prompt of its own) gets a
+ * thread of its own, while a call that changes the tool list stays in its thread
+ * (its segment is sealed when the prompt it renders really changed: ThreadCapture).
+ * At close the first thread that offered tools (else the first thread) is the
+ * harness's `main` thread; every other one is a flagged `side` thread.
  */
 import type { ChatMessage, ChatRequest } from "../chat.ts";
 import type { Segment, Turn } from "../records.ts";
 import { ThreadCapture, type PromptCodec, type PromptPlan } from "./thread-capture.ts";
 
-export type AuditReason = "rolled_back" | "aborted" | "error";
+/** `rejected`: the engine refused the request for a value the harness chose (answered with a 400). */
+export type AuditReason = "rolled_back" | "aborted" | "error" | "rejected";
 
 export interface AuditEntry {
   reason: AuditReason;
@@ -21,6 +24,21 @@ export interface AuditEntry {
 
 /** Called after every turn ends (live monitoring; tests use it to wait without sleeping). */
 export type TurnListener = (event: { session_id: string; turn: Turn; outcome: "committed" | AuditReason }) => void;
+
+/**
+ * How much of a segment's routing the engine recorded. The trainer replays routing for
+ * every token it feeds: all but the segment's last (whose output predicts nothing).
+ */
+export interface RoutingCoverage {
+  segment_id: string;
+  thread_id: string;
+  /** Tokens that need a routing row: the segment's length - 1. */
+  rows_needed: number;
+  /** Of those, rows holding the engine's choice (`routing_recorded` 1). */
+  rows_recorded: number;
+  /** rows_recorded / rows_needed (1 for a one-token segment); null for a dense model (no routing). */
+  coverage: number | null;
+}
 
 export interface SessionRecords {
   session_id: string;
@@ -31,6 +49,8 @@ export interface SessionRecords {
   audit: AuditEntry[];
   /** Ids of side threads (flagged: calls off the main thread). */
   side_thread_ids: string[];
+  /** Per segment, in `segments` order. */
+  routing_coverage: RoutingCoverage[];
   /** Inputs to TrajectoryMetrics (records.toml) that only the proxy sees. */
   counters: { main_turns: number; side_thread_turns: number; tool_calls: number; rolled_back_turns: number };
 }
@@ -51,15 +71,15 @@ export class SessionCapture {
     private readonly listener: TurnListener | null = null,
   ) {}
 
-  /** Picks the thread of `req` and plans its prompt. */
-  plan(req: ChatRequest): { thread: ThreadCapture; plan: PromptPlan } {
+  /** Picks the thread of `req` and plans its prompt; `window`: the engine's context window (ThreadCapture.plan). */
+  plan(req: ChatRequest, window: number | null = null): { thread: ThreadCapture; plan: PromptPlan } {
     const key = threadKey(req);
     let thread = this.threads.get(key);
     if (!thread) {
-      thread = new ThreadCapture(key, this.threads.size, req.tools.length > 0, () => `${this.sessionId}/seg-${this.segmentSeq++}`);
+      thread = new ThreadCapture(key, this.threads.size, () => `${this.sessionId}/seg-${this.segmentSeq++}`);
       this.threads.set(key, thread);
     }
-    return { thread, plan: thread.plan(req, this.codec) };
+    return { thread, plan: thread.plan(req, this.codec, window) };
   }
 
   nextTurnId(): string {
@@ -87,7 +107,7 @@ export class SessionCapture {
   }
 
   /** A turn that produced no usable completion (client gone, engine failed). */
-  recordFailed(turn: Turn, reason: "aborted" | "error"): void {
+  recordFailed(turn: Turn, reason: "aborted" | "error" | "rejected"): void {
     if (this.closed) return;
     this.audit.push({ reason, turn });
     this.listener?.({ session_id: this.sessionId, turn, outcome: reason });
@@ -116,6 +136,7 @@ export class SessionCapture {
       segments,
       audit: this.audit.map((a) => ({ reason: a.reason, turn: fix(a.turn) })),
       side_thread_ids: threads.filter((t) => t !== main && t.turnCount > 0).map(label),
+      routing_coverage: segments.map(routingCoverage),
       counters: {
         main_turns: mainTurns,
         side_thread_turns: turns.length - mainTurns,
@@ -127,8 +148,17 @@ export class SessionCapture {
   }
 }
 
+function routingCoverage(s: Segment): RoutingCoverage {
+  const needed = Math.max(0, s.token_ids.length - 1);
+  let recorded = 0;
+  const flags = s.routing_recorded;
+  if (flags) for (let i = 0; i < needed; i++) recorded += flags[i]!;
+  const coverage = flags === null ? null : needed === 0 ? 1 : recorded / needed;
+  return { segment_id: s.segment_id, thread_id: s.thread_id, rows_needed: needed, rows_recorded: recorded, coverage };
+}
+
+/** The system prompt: what tells one conversation of a harness from another (not its tools, which change: Claude Code's ToolSearch). */
 function threadKey(req: ChatRequest): string {
   const first = req.messages[0];
-  const system = first && first.role === "system" ? first.content : "";
-  return `${system}\u0000${req.tools.map((t) => t.name).join(",")}`;
+  return first && first.role === "system" ? first.content : "";
 }

@@ -9,15 +9,20 @@
  * the rendering of only the new messages. Text the policy generated is never
  * tokenized again. Otherwise:
  * - the same messages as the last prompt: a retry; the last turn rolls back to the audit list;
- * - anything else (compaction, edited or injected history, new tools): the
- *   history was rewritten; the segment is sealed and a new one starts from a full render.
+ * - a last assistant message to continue (Anthropic prefill): the prompt ends with its
+ *   text, and the harness's next call echoes it joined with the reply;
+ * - anything else (compaction, edited or injected history, a changed tool list in
+ *   the prompt): the history was rewritten; the segment is sealed and a new one starts
+ *   from a full render. The thread stays the same (SessionCapture picks threads).
  */
 import type { ChatMessage, ChatRequest } from "../chat.ts";
-import type { ChatTemplate } from "../chat-template.ts";
+import { toolsJson, type ChatTemplate } from "../chat-template.ts";
+import { InvalidRequestError } from "../errors.ts";
 import { TokenProvenance, type Turn } from "../records.ts";
 import type { TextTokenizer } from "../tokenizer.ts";
-import { messageFingerprint, toolsFingerprint } from "./fingerprint.ts";
+import { assistantFingerprint } from "./fingerprint.ts";
 import { Growable } from "./growable.ts";
+import { checkFits, probeFits } from "./prompt-budget.ts";
 import { SegmentBuilder } from "./segment-builder.ts";
 
 export interface PromptCodec {
@@ -53,10 +58,16 @@ export interface PromptPlan {
   toolsKey: string;
   /** Why a fresh plan was needed while a segment was open; null for the first call. */
   rewritten: boolean;
+  /** The last message is a prefill the completion continues. */
+  prefill: boolean;
 }
 
 interface ThreadState {
+  /** The last prompt's messages, as sent (a retry sends them again). */
   messages: ChatMessage[];
+  /** The messages a next call continues from: `messages` less a final prefill. */
+  history: ChatMessage[];
+  /** The assistant turn the next call echoes after `history` (a prefill joined with its continuation). */
   reply: ChatMessage;
   lastPromptLength: number;
   endsWithEndOfTurn: boolean;
@@ -81,33 +92,47 @@ export class ThreadCapture {
   constructor(
     readonly key: string,
     readonly index: number,
-    readonly hasTools: boolean,
     private readonly newSegmentId: () => string,
   ) {}
 
-  plan(req: ChatRequest, codec: PromptCodec): PromptPlan {
-    const toolsKey = toolsFingerprint(req.tools);
-    const base = { version: this.version, messages: req.messages, toolsKey };
+  /** Some call of this thread offered tools (the harness's own conversation does). */
+  hasTools = false;
+
+  /**
+   * Plans the next prompt. `window` is the engine's context window (null: unknown): a
+   * prompt that does not leave room for one sampled token is refused here, and text far
+   * longer than the room left is refused from a prefix before all of it is tokenized.
+   */
+  plan(req: ChatRequest, codec: PromptCodec, window: number | null = null): PromptPlan {
+    if (req.tools.length > 0 || (req.deferred_tools?.length ?? 0) > 0) this.hasTools = true;
+    // The tools as the prompt shows them: deferred tools are not in it, so declaring one
+    // (Claude Code's ToolSearch) changes nothing the model saw; any other change does.
+    const toolsKey = toolsJson(req.tools);
+    const base = { version: this.version, messages: req.messages, toolsKey, prefill: req.continue_final_message === true };
     const st = this.state;
     const b = this.builder;
     if (st && b && st.toolsKey === toolsKey) {
-      const k = st.messages.length;
       const m = req.messages;
-      if (m.length >= k && sameMessages(m, st.messages, k)) {
-        // The first k messages equal the recorded ones: keep the recorded objects (already
-        // long-lived) so this request's copies of the whole history die young.
-        if (m.length === k) {
-          const promptBuffer = this.promptBufferFor(st.lastPromptLength);
-          const prompt_ids = promptBuffer.subarray(0, st.lastPromptLength);
-          prompt_ids.set(b.tokens.view(0, st.lastPromptLength));
-          return { ...base, messages: st.messages, kind: "retry", prompt_ids, promptBuffer, baseLength: st.lastPromptLength, pieces: [], rewritten: false };
-        }
-        if (sameMessage(m[k]!, st.reply) && this.extension(st, m.slice(k + 1), req, codec))
-          return { ...base, ...this.assemble(b.tokens.view()), messages: st.messages.concat(m.slice(k)), kind: "extend", baseLength: b.length, rewritten: false };
+      // Equal messages keep the recorded objects (already long-lived), so this request's
+      // copies of the whole history die young.
+      const k = st.messages.length;
+      if (m.length === k && sameMessages(m, st.messages, k)) {
+        const promptBuffer = this.promptBufferFor(st.lastPromptLength);
+        const prompt_ids = promptBuffer.subarray(0, st.lastPromptLength);
+        prompt_ids.set(b.tokens.view(0, st.lastPromptLength));
+        return { ...base, messages: st.messages, kind: "retry", prompt_ids, promptBuffer, baseLength: st.lastPromptLength, pieces: [], rewritten: false };
+      }
+      const h = st.history.length;
+      if (m.length > h && sameMessages(m, st.history, h) && sameMessage(m[h]!, st.reply) && this.extension(st, m.slice(h + 1), req, codec, window, b.length)) {
+        checkFits(b.length + NEW_PIECES.ids.length, window);
+        return { ...base, ...this.assemble(b.tokens.view()), messages: st.history.concat(m.slice(h)), kind: "extend", baseLength: b.length, rewritten: false };
       }
     }
     NEW_PIECES.reset();
-    appendRendered(codec.template.render(req.messages, req.tools, renderOptions(req)), req, codec, true);
+    let text = codec.template.render(req.messages, req.tools, renderOptions(req));
+    if (req.continue_final_message) text = continueFinal(codec, text, req);
+    appendRendered(text, req, codec, window, 0, true);
+    checkFits(NEW_PIECES.ids.length, window);
     return { ...base, ...this.assemble(EMPTY), kind: "fresh", baseLength: 0, rewritten: b !== null && b.turnCount > 0 };
   }
 
@@ -115,19 +140,20 @@ export class ThreadCapture {
    * Appends to NEW_PIECES the tail after the last completion + the new messages;
    * false when the template cannot render them alone.
    */
-  private extension(st: ThreadState, fresh: ChatMessage[], req: ChatRequest, codec: PromptCodec): boolean {
+  private extension(st: ThreadState, fresh: ChatMessage[], req: ChatRequest, codec: PromptCodec, window: number | null, kept: number): boolean {
     const tail = codec.template.assistantTail;
     let tailText: string;
     if (st.endsWithEndOfTurn) {
       if (!tail.startsWith(codec.endOfTurnText)) return false;
       tailText = tail.slice(codec.endOfTurnText.length);
     } else tailText = tail;
-    const cont = codec.template.renderContinuation(fresh, req.tools, renderOptions(req));
+    let cont = codec.template.renderContinuation(fresh, req.tools, renderOptions(req));
     if (cont === null) return false;
+    if (req.continue_final_message) cont = continueFinal(codec, cont, req);
     NEW_PIECES.reset();
     codec.tokenizer.encodeInto(tailText, NEW_PIECES.ids);
     NEW_PIECES.end(TokenProvenance.template);
-    appendRendered(cont, req, codec);
+    appendRendered(cont, req, codec, window, kept);
     return true;
   }
 
@@ -204,6 +230,9 @@ export class ThreadCapture {
     }
     const b = this.builder!;
     b.truncate(plan.baseLength);
+    // The kept tokens went through this call's prefill too: it routed the last token of each
+    // earlier turn, which no earlier call fed to the model.
+    if (turn.prompt_routing && plan.baseLength > 0) b.fillFromPrefill(turn.prompt_routing, turn.prompt_ids.length, plan.baseLength, turn.policy_version);
     let offset = plan.baseLength;
     for (const p of plan.pieces) {
       b.appendSupplied(p.ids, p.provenance, promptRouting(turn, offset, p.ids.length));
@@ -216,9 +245,12 @@ export class ThreadCapture {
     // (retry), never below a committed prompt, and a buffer it outgrows is no longer written.
     turn.prompt_ids = b.tokens.view(0, plan.prompt_ids.length);
     const last = turn.completion_ids[turn.completion_ids.length - 1];
+    // After a prefill the harness holds one assistant turn: the prefill and what followed it.
+    const prefill = plan.prefill ? plan.messages[plan.messages.length - 1]! : null;
     this.state = {
       messages: plan.messages,
-      reply,
+      history: prefill ? plan.messages.slice(0, -1) : plan.messages,
+      reply: prefill ? { ...reply, content: prefill.content + reply.content } : reply,
       lastPromptLength: plan.prompt_ids.length,
       endsWithEndOfTurn: last === codec.endOfTurnId,
       toolsKey: plan.toolsKey,
@@ -268,7 +300,8 @@ const EMPTY = new Int32Array(0);
  * where it cannot change tokenization (the generation prompt starts with an
  * added token); otherwise the whole text stays `prompt`.
  */
-function appendRendered(text: string, req: ChatRequest, codec: PromptCodec, whole = false): void {
+function appendRendered(text: string, req: ChatRequest, codec: PromptCodec, window: number | null, kept: number, whole = false): void {
+  probeFits(text, kept + NEW_PIECES.ids.length, window, codec);
   const gen = codec.template.generationPrompt(req.enable_thinking === undefined ? {} : { enableThinking: req.enable_thinking });
   // A whole render's long sections (system prompt, tool list) recur in other sessions: the tokenizer keeps them.
   const options = { keepSections: whole };
@@ -285,9 +318,16 @@ function appendRendered(text: string, req: ChatRequest, codec: PromptCodec, whol
 }
 
 function renderOptions(req: ChatRequest) {
-  return req.enable_thinking === undefined
-    ? { addGenerationPrompt: true }
-    : { addGenerationPrompt: true, enableThinking: req.enable_thinking };
+  // A prefill is continued, not answered: no new assistant turn opens after it.
+  const addGenerationPrompt = req.continue_final_message !== true;
+  return req.enable_thinking === undefined ? { addGenerationPrompt } : { addGenerationPrompt, enableThinking: req.enable_thinking };
+}
+
+/** `text` cut after the prefill's content, so the completion continues it. */
+function continueFinal(codec: PromptCodec, text: string, req: ChatRequest): string {
+  const cut = codec.template.continueFinal(text, req.messages[req.messages.length - 1]!);
+  if (cut === null) throw new InvalidRequestError("messages: the chat template does not render the final assistant message verbatim, so it cannot be continued", "messages");
+  return cut;
 }
 
 function promptRouting(turn: Turn, offset: number, n: number) {
@@ -302,12 +342,17 @@ function sameMessages(a: ChatMessage[], b: ChatMessage[], n: number): boolean {
   return true;
 }
 
-/** Identity first (cheap: the usual case is an untouched echo), then the re-serialization-tolerant fingerprint. */
+/**
+ * Identity first (cheap: the usual case is an untouched echo). Messages the harness wrote
+ * must be equal, whitespace included (an edit the engine would not see otherwise); an
+ * assistant reply may come back re-serialized (fingerprint.ts).
+ */
 export function sameMessage(a: ChatMessage, b: ChatMessage): boolean {
   if (a === b) return true;
   if (a.role !== b.role) return false;
-  if (a.content === b.content && a.tool_call_id === b.tool_call_id && sameCallsExactly(a, b)) return true;
-  return messageFingerprint(a) === messageFingerprint(b);
+  if (a.role !== "assistant") return a.content === b.content && a.tool_call_id === b.tool_call_id;
+  if (a.content === b.content && sameCallsExactly(a, b)) return true;
+  return assistantFingerprint(a) === assistantFingerprint(b);
 }
 
 function sameCallsExactly(a: ChatMessage, b: ChatMessage): boolean {
