@@ -23,7 +23,8 @@ const n = Number(process.env.BENCH_N ?? 20);
 const source = process.env.BENCH_SOURCE ?? `easy:seed=99,count=${n}`;
 const pool = Number(process.env.BENCH_POOL ?? 1);
 const work = mkdtempSync(join(tmpdir(), "lego-bench-tasks-"));
-const cfg = { ...defaultTasksConfig(), cacheDir: join(work, "cache") };
+// Sources and generated environments from the usual cache (the builtin suite lives there); health results start empty.
+const cfg = defaultTasksConfig();
 const log = (s: string) => process.stderr.write(`${s}\n`);
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))] ?? 0;
 
