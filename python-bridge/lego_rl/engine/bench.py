@@ -1,6 +1,14 @@
-"""Decode throughput of the embedded engine vs transformers' generate() on the same weights.
+"""The embedded engine vs transformers' generate() on the same weights: decode throughput, or an agent workload.
 
-    python -m lego_rl.engine.bench [--model-dir DIR] [--new-tokens 64] [--prompt-len 32]
+    python -m lego_rl.engine.bench [--workload decode] [--model-dir DIR] [--new-tokens 64] [--prompt-len 32]
+    python -m lego_rl.engine.bench --workload agent [--sessions 16] [--turns 12]
+
+`--workload agent` (agent_bench.py) replays multi-turn agent sessions through both and
+reports the wall time of the whole workload, the prefix hit rate and the prefill tokens
+saved; its last line is
+{"bench":"engine","workload":"agent","vs_hf_agent":…,"prefix_hit_rate":…,…}.
+
+The default `decode` workload:
 
 Without --model-dir it writes the tiny models (`lego_rl.model.tiny`) to a temporary
 directory: the Qwen3-tokenizer one (the headline figures) and, with `--tokenizer both`
@@ -11,7 +19,7 @@ tokens/s = completion tokens / wall time of the whole generation (prefill includ
 prompts are short), best of --repeats runs, engine and transformers interleaved so both see
 the same background load. Both use the same torch thread count (--threads). The last line
 is JSON:
-{"bench":"engine","tokens_per_s_c1":…,"tokens_per_s_c8":…,"tokens_per_s_c32":…,
+{"bench":"engine","workload":"decode","tokens_per_s_c1":…,"tokens_per_s_c8":…,"tokens_per_s_c32":…,
  "hf_tokens_per_s_c8":…,"vs_hf_c8":…,"bytes_tokens_per_s_c8":…,…,"bytes_vs_hf_c8":…}
 """
 
@@ -25,9 +33,11 @@ from pathlib import Path
 
 import torch
 
-from lego_rl.model.tiny import write_tiny_model
+from lego_rl.model.tiny import QWEN3_TOKENS, write_tiny_model
 
-from .engine import Engine
+from .agent_bench import AgentWorkload
+from .agent_bench import run as run_agent
+from .engine import Engine, EngineConfig
 from .types import GenerationRequest, SamplingParams
 
 
@@ -91,6 +101,7 @@ def measure(model_dir: Path, args: argparse.Namespace) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> dict[str, float | str]:
     parser = argparse.ArgumentParser(prog="python -m lego_rl.engine.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", choices=("decode", "agent"), default="decode")
     parser.add_argument("--model-dir", type=Path, help="HF-layout model dir; default: fresh tiny models")
     parser.add_argument("--tokenizer", choices=("qwen3", "bytes", "both"), default="both", help="tokenizer of the default model(s)")
     parser.add_argument("--new-tokens", type=int, default=64)
@@ -98,12 +109,20 @@ def main(argv: list[str] | None = None) -> dict[str, float | str]:
     # One intra-op thread by default: on a shared 2-core machine every small op's parallel
     # region stalls whenever the other core is busy, which swamps the measurement.
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads, both sides")
-    parser.add_argument("--repeats", type=int, default=3, help="report the best of this many runs (shared machines are noisy)")
+    parser.add_argument("--repeats", type=int, default=3, help="decode: report the best of this many runs (shared machines are noisy)")
+    parser.add_argument("--sessions", type=int, default=AgentWorkload().sessions, help="agent: concurrent sessions")
+    parser.add_argument("--turns", type=int, default=AgentWorkload().turns, help="agent: turns per session")
+    parser.add_argument("--prefill-chunk", type=int, default=EngineConfig().prefill_chunk, help="agent: the engine's prefill chunk")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    report: dict[str, float | str] = {"bench": "engine"}
+    report: dict[str, float | str] = {"bench": "engine", "workload": args.workload}
     with tempfile.TemporaryDirectory() as tmp:
-        if args.model_dir is not None:
+        if args.workload == "agent":
+            model_dir = args.model_dir or write_tiny_model(Path(tmp) / "tiny-qwen3", tokenizer="qwen3", seed=0)
+            workload = AgentWorkload(sessions=args.sessions, turns=args.turns)
+            report |= run_agent(model_dir, workload, EngineConfig(prefill_chunk=args.prefill_chunk), pad_id=QWEN3_TOKENS.pad_token_id)
+            report["threads"] = args.threads
+        elif args.model_dir is not None:
             report |= measure(args.model_dir, args)
         else:
             if args.tokenizer in ("qwen3", "both"):

@@ -13,13 +13,19 @@
 4. Request ids are scoped per client: the engine sees `<peer hex>/<request_id>`, so two
    clients may reuse an id; replies carry the client's own id.
 5. UpdateWeights (schema 1.2) loads a weights folder on the serving thread, so between two
-   steps: requests in flight continue and every token sampled afterwards carries the new
-   version. The folder is read and checked in full (version above the live one, manifest,
+   steps. The folder is read and checked in full (version above the live one, manifest,
    config, tensor names and shapes) before one parameter is touched, so a refused update
-   (Error weight_update) leaves the old weights serving intact.
+   (Error weight_update) leaves the old weights serving intact. What happens to requests
+   in flight is `weight_update_policy`: `continue` loads at once and they go on under the
+   new weights (each token says which version sampled it); `drain` admits nothing new,
+   lets every running request finish on the old weights, then loads and admits the queue,
+   so each request is sampled by one version. No request is dropped either way.
 6. An exception inside `Engine.step()` fails only the requests of that step: each gets an
    Error engine_failure and is aborted in the engine (its partly written caches go with
    it); queued requests stay queued and the loop goes on.
+7. Stopping (SIGTERM) drains: new generate requests get Error shutting_down, the running
+   and queued ones get `drain_timeout_s` to finish, and whatever is left then is failed
+   with Error shutting_down, so no client waits for a reply that never comes.
 """
 
 from __future__ import annotations
@@ -28,10 +34,11 @@ import json
 import random
 import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgpack
 import numpy as np
@@ -78,6 +85,10 @@ _MAX_FRAMES_PER_TURN = 256
 WEIGHTS_MANIFEST = "weight_version.json"
 # Config fields that do not change what the weights mean; every other one must match the served model.
 _CONFIG_FIELDS_IGNORED = frozenset({"extra", "eos_token_id"})
+# GenerateResult.policy_versions is array<int32>: one version per token.
+_MAX_VERSION = 2**31 - 1
+
+WeightUpdatePolicy = Literal["continue", "drain"]
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -94,11 +105,19 @@ class EngineServerConfig:
     """Scheduling and dtype of the engine."""
     policy_version: int = 0
     """Version of the weights loaded from model_dir."""
+    weight_update_policy: WeightUpdatePolicy = "continue"
+    """Requests in flight at an UpdateWeights: `continue` loads at once and they finish under the new
+    weights (tokens carry their version); `drain` holds new admissions, lets them finish on the old
+    weights, then loads (each request sampled by one version; the update waits for the longest)."""
+    drain_timeout_s: float = 30.0
+    """On stop (SIGTERM): how long running and queued requests get to finish before they are failed
+    with Error shutting_down."""
 
     def build(self, context: zmq.Context[Any] | None = None) -> EngineServer:
         engine = Engine.from_model_dir(self.model_dir, self.engine, policy_version=self.policy_version)
         name = self.model_name or Path(self.model_dir).resolve().name
-        return EngineServer(engine, bind=self.bind, model_name=name, context=context)
+        return EngineServer(engine, bind=self.bind, model_name=name, context=context,
+                            weight_update_policy=self.weight_update_policy, drain_timeout_s=self.drain_timeout_s)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -109,12 +128,29 @@ class _Pending:
     stream: bool
 
 
+@dataclass(kw_only=True, slots=True)
+class _HeldUpdate:
+    """An UpdateWeights read and checked, waiting for the running requests to finish (policy `drain`)."""
+
+    peer: bytes
+    update: UpdateWeights
+    tensors: dict[str, torch.Tensor]
+
+
 class EngineServer:
     """Serves one Engine on a bound ROUTER socket; call `serve(stop)` from one thread."""
 
-    def __init__(self, engine: Engine, *, bind: str, model_name: str, context: zmq.Context[Any] | None = None) -> None:
+    def __init__(self, engine: Engine, *, bind: str, model_name: str, context: zmq.Context[Any] | None = None,
+                 weight_update_policy: WeightUpdatePolicy = "continue", drain_timeout_s: float = 30.0) -> None:
+        if weight_update_policy not in ("continue", "drain"):
+            raise ValueError(f"weight_update_policy must be 'continue' or 'drain', got {weight_update_policy!r}")
         self.engine = engine
         self.model_name = model_name
+        self.weight_update_policy = weight_update_policy
+        self.drain_timeout_s = drain_timeout_s
+        self.draining = False
+        """Set once stopping: new requests are refused while the accepted ones finish."""
+        self._held: _HeldUpdate | None = None
         self._context = context or zmq.Context.instance()
         self._socket = self._context.socket(zmq.ROUTER)
         self._socket.setsockopt(zmq.LINGER, 0)
@@ -129,9 +165,32 @@ class EngineServer:
         return self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
 
     def serve(self, stop: threading.Event | None = None, idle_poll_ms: int = 50) -> None:
-        """Runs until `stop` is set (checked every `idle_poll_ms` while idle) or the socket closes."""
+        """Runs until `stop` is set (checked every `idle_poll_ms` while idle) or the socket closes, then drains."""
         while not (stop is not None and stop.is_set()) and not self._socket.closed:
             self.serve_once(idle_poll_ms)
+        if not self._socket.closed:
+            self.drain()
+
+    def drain(self) -> None:
+        """Refuse new requests, give the accepted ones `drain_timeout_s` to finish, fail the rest with Error shutting_down."""
+        self.draining = True
+        self.engine.admitting = True  # a held update is refused below; the queue may run meanwhile
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._error(held.peer, "shutting_down", f"update {held.update.request_id!r} to v{held.update.version}: the engine is shutting down",
+                        request_id=held.update.request_id)
+        deadline = time.monotonic() + self.drain_timeout_s
+        while self.engine.has_work and time.monotonic() < deadline and not self._socket.closed:
+            self.serve_once(0)
+        for key in list(self._pending):
+            try:
+                self.engine.abort(key)
+            except UnknownRequestError:
+                pass  # already retired by a failed step
+            pending = self._pending.pop(key)
+            self._error(pending.peer, "shutting_down",
+                        f"request {pending.request_id!r}: the engine is shutting down and it did not finish within {self.drain_timeout_s} s",
+                        request_id=pending.request_id)
 
     def serve_once(self, idle_poll_ms: int = 50) -> None:
         """Reads the frames that are waiting (blocking up to `idle_poll_ms` only when idle), then steps once."""
@@ -141,6 +200,7 @@ class EngineServer:
                 break
             self._handle(self._socket.recv_multipart(copy=False))
             wait = 0
+        self._apply_held_update()
         if self.engine.has_work:
             try:
                 events = self.engine.step()
@@ -149,6 +209,7 @@ class EngineServer:
                 return
             for event in events:
                 self._dispatch(event)
+            self._apply_held_update()
 
     def close(self) -> None:
         self._socket.close(linger=0)
@@ -198,6 +259,9 @@ class EngineServer:
 
     def _generate(self, peer: bytes, req: GenerateRequest) -> None:
         rid = req.request_id
+        if self.draining:
+            self._error(peer, "shutting_down", f"request {rid!r}: the engine is shutting down and takes no new requests", request_id=rid)
+            return
         if req.model is not None and req.model != self.model_name:
             self._error(peer, "unknown_model", f"request {rid!r} asks for model {req.model!r}; this engine serves {self.model_name!r}", request_id=rid, bad_field="model")
             return
@@ -240,9 +304,18 @@ class EngineServer:
 
     def _update_weights(self, peer: bytes, update: UpdateWeights) -> None:
         rid, version, live = update.request_id, update.version, self.engine.policy_version
+        refusal = None
         if version <= live:
-            self._error(peer, "weight_update", f"update {rid!r}: policy version must increase: this engine serves {live}, got {version}",
-                        request_id=rid, bad_field="version")
+            refusal = f"policy version must increase: this engine serves {live}, got {version}"
+        elif version > _MAX_VERSION:
+            refusal = f"version {version} is above {_MAX_VERSION}, the largest a per-token version (int32) holds"
+        elif self._held is not None:
+            refusal = (f"the update to v{self._held.update.version} is still waiting for {self.engine.num_running} running "
+                       "requests to finish; send the next one after its weights_updated")
+        elif self.draining:
+            refusal = "the engine is shutting down"
+        if refusal is not None:
+            self._error(peer, "weight_update", f"update {rid!r}: {refusal}", request_id=rid, bad_field="version")
             return
         try:
             tensors = read_weights_dir(update.path, self.engine.model, version)
@@ -250,13 +323,26 @@ class EngineServer:
             detail = str(error) if isinstance(error, WeightUpdateError) else f"{update.path}: {type(error).__name__}: {error}"
             self._error(peer, "weight_update", f"update {rid!r} to v{version}: {detail}", request_id=rid, bad_field="path")
             return
+        self._held = _HeldUpdate(peer=peer, update=update, tensors=tensors)
+        if self.weight_update_policy == "drain":
+            self.engine.admitting = False  # the queue waits; the running requests finish on the old weights
+        self._apply_held_update()
+
+    def _apply_held_update(self) -> None:
+        """Load the update read last, once no running request holds it back (policy `drain`), and say so."""
+        held = self._held
+        if held is None or (self.weight_update_policy == "drain" and self.engine.num_running > 0):
+            return
+        self._held = None
+        self.engine.admitting = True
+        rid, version = held.update.request_id, held.update.version
         try:
-            self.engine.update_weights(tensors, version, source=update.path)
+            self.engine.update_weights(held.tensors, version, source=held.update.path)
         except WeightUpdateError as error:  # tensors that do not fit the served model; nothing was copied
-            self._error(peer, "weight_update", f"update {rid!r} to v{version}: {error}", request_id=rid, bad_field="path")
+            self._error(held.peer, "weight_update", f"update {rid!r} to v{version}: {error}", request_id=rid, bad_field="path")
             return
         self.stats["weight_updates"] += 1
-        self._send(peer, WeightsUpdated(request_id=rid, version=self.engine.policy_version))
+        self._send(held.peer, WeightsUpdated(request_id=rid, version=self.engine.policy_version))
 
     # ------------------------------------------------------------ failures
 
@@ -315,6 +401,8 @@ def result_message(request_id: str, result: GenerationResult) -> GenerateResult:
         top_k=top_k,
         policy_version=result.policy_version,
         seed=result.seed,
+        policy_versions=np.asarray(result.policy_versions, dtype=np.int32),
+        cached_prompt_tokens=result.cached_tokens,
     )
 
 

@@ -121,6 +121,9 @@ class GenerationResult:
     finish_reason: FinishReason
     seed: int
     """The seed of this request's generator (the requested one, or the drawn one)."""
+    cached_tokens: int = 0
+    """Prompt tokens whose keys and values were copied, not computed: from the prefix cache, or
+    from a request with the identical prompt prefilled alongside (vLLM's and OpenAI's `cached_tokens`)."""
 
     @property
     def policy_version(self) -> int:

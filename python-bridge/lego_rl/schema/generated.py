@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-SCHEMA_VERSION = "2.0.0"
+SCHEMA_VERSION = "2.1.0"
 SCHEMA_MAJOR = 2
 
 # Routing values: uint8 when the model has at most 256 experts, else uint16.
@@ -394,9 +394,13 @@ class GenerateResult:
     """Oldest weight version that sampled a token; -1 when none was sampled."""
     seed: int
     """Seed of the request's generator (requested or drawn)."""
+    policy_versions: npt.NDArray[np.int32] | None = None
+    """Weight version that sampled each completion token, one per token (2.1; a request can span a weight update). Nil from engines before 2.1."""
+    cached_prompt_tokens: int | None = None
+    """Prompt tokens served from the engine's prefix cache (or shared with an identical prompt) instead of computed (2.1)."""
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and all(_same(getattr(self, n), getattr(other, n)) for n in ("request_id", "finish_reason", "completion_token_ids", "logprobs", "prompt_routing", "completion_routing", "moe_layers", "top_k", "policy_version", "seed",))
+        return type(other) is type(self) and all(_same(getattr(self, n), getattr(other, n)) for n in ("request_id", "finish_reason", "completion_token_ids", "logprobs", "prompt_routing", "completion_routing", "moe_layers", "top_k", "policy_version", "seed", "policy_versions", "cached_prompt_tokens",))
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -622,6 +626,8 @@ MESSAGE_FIELDS: dict[str, tuple[FieldDescriptor, ...]] = {
         FieldDescriptor(name="top_k", nullable=False, kind="scalar", scalar="int32"),
         FieldDescriptor(name="policy_version", nullable=False, kind="scalar", scalar="int64"),
         FieldDescriptor(name="seed", nullable=False, kind="scalar", scalar="int64"),
+        FieldDescriptor(name="policy_versions", nullable=True, kind="array", element="int32"),
+        FieldDescriptor(name="cached_prompt_tokens", nullable=True, kind="scalar", scalar="int32"),
     ),
     "abort": (
         FieldDescriptor(name="request_id", nullable=False, kind="scalar", scalar="string"),

@@ -165,6 +165,18 @@ def test_bad_input_gets_an_error_reply_and_the_server_keeps_serving(client: Clie
     assert client.until_result("after")[1].finish_reason == "length"
 
 
+def test_a_next_turn_reports_the_prompt_tokens_its_prefix_cache_served(client: Client):
+    chunk = ENGINE.prefill_chunk
+    system = [(7 * i) % 256 for i in range(2 * chunk + 30)]  # system prompt and task: two whole chunks and a tail
+    client.send(generate("t1", system, max_tokens=10))
+    _, first = client.until_result("t1")
+    assert first.cached_prompt_tokens == 0 and first.policy_versions.tolist() == [0] * 10
+    history = system + first.completion_token_ids.tolist() + [33] * 20  # + the tool's result
+    client.send(generate("t2", history, max_tokens=4, stream=False))
+    second = client.recv()
+    assert isinstance(second, GenerateResult) and second.cached_prompt_tokens == 2 * chunk
+
+
 def test_a_duplicate_running_request_id_is_refused_naming_the_clients_own_id(client: Client):
     client.send(generate("dup", [1, 2], max_tokens=4000))
     client.send(generate("dup", [1, 2], max_tokens=2))
@@ -178,7 +190,7 @@ def test_a_duplicate_running_request_id_is_refused_naming_the_clients_own_id(cli
     assert message.finish_reason == "abort"
 
 
-def test_python_m_lego_rl_engine_serves_until_sigterm(model_dir: Path):
+def test_python_m_lego_rl_engine_drains_on_sigterm_finishing_every_accepted_request(model_dir: Path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "lego_rl.engine", "--model", str(model_dir), "--bind", "tcp://127.0.0.1:*", "--name", "tiny"],
         stdout=subprocess.PIPE, text=True,
@@ -187,14 +199,33 @@ def test_python_m_lego_rl_engine_serves_until_sigterm(model_dir: Path):
         listening = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
         assert listening["type"] == "listening" and listening["model"] == "tiny"
         c = Client(listening["address"])
-        c.send(generate("cli", [1, 2, 3], max_tokens=2, model="tiny"))
-        assert c.until_result("cli")[1].finish_reason == "length"
-        c.close()
+        for i in range(3):
+            c.send(generate(f"cli-{i}", [1, 2, 3 + i], max_tokens=30, model="tiny"))
+        c.send(generate("long", [4, 5], max_tokens=4000, model="tiny"))  # keeps the drain going until aborted
+        first = c.recv()
+        assert isinstance(first, TokenChunk)  # they are running
         proc.send_signal(signal.SIGTERM)
+        assert json.loads(proc.stdout.readline()) == {"type": "draining", "timeout_s": 30.0}  # type: ignore[union-attr]
+        c.send(generate("late", [1, 2], max_tokens=2, model="tiny"))
+        results, refused = {}, []
+        while not refused or len(results) < 3:
+            message = c.recv()
+            if isinstance(message, GenerateResult):
+                results[message.request_id] = message
+            elif isinstance(message, Error):
+                refused.append(message)
+        assert [(e.code, e.request_id) for e in refused] == [("shutting_down", "late")]
+        assert all(r.finish_reason == "length" and len(r.completion_token_ids) == 30 for r in results.values())
+        c.send(Abort(request_id="long"))  # a client may still abort while the engine drains
+        while not isinstance(message := c.recv(), GenerateResult):
+            assert isinstance(message, TokenChunk) and message.request_id == "long", message
+        assert message.request_id == "long" and message.finish_reason == "abort"
         assert proc.wait(timeout=30) == 0
         stopped = json.loads(proc.stdout.readline())  # type: ignore[union-attr]
-        assert stopped == {"type": "stopped", "stats": {"requests": 1, "results": 1, "errors": 0, "aborts": 0,
-                                                        "weight_updates": 0, "step_failures": 0}}
+        assert stopped["type"] == "stopped"
+        assert stopped["stats"] == {"requests": 4, "results": 4, "errors": 1, "aborts": 1, "weight_updates": 0, "step_failures": 0}
+        assert stopped["engine"]["prompt_tokens"] == 3 * 3 + 2
+        c.close()
     finally:
         proc.kill()
         proc.wait()

@@ -271,6 +271,89 @@ def test_a_bad_folder_is_refused_and_the_old_weights_keep_serving(model_dir: Pat
     assert trainer.ask(UpdateWeights(request_id="good", version=1, path=str(v1_dir))) == WeightsUpdated(request_id="good", version=1)
 
 
+@pytest.mark.parametrize("policy", ["continue", "drain"])
+def test_a_weight_update_during_sixteen_in_flight_requests_loses_none_of_them(model_dir: Path, v1_dir: Path, policy: str):
+    """`continue`: the update lands at once and the 16 finish under v1; `drain`: they finish on v0 first,
+    the update waits for them, and requests sent after it wait for the update."""
+    for served in serve_with(model_dir, policy):
+        c = Client(served.address)
+        try:
+            n_tokens = 200
+            for i in range(16):
+                c.send(generate(f"r{i}", [1 + i, 2, 3], max_tokens=n_tokens))
+            streamed: dict[str, list[TokenChunk]] = {f"r{i}": [] for i in range(16)}
+            while not all(streamed.values()):  # all sixteen are running
+                chunk = c.recv()
+                assert isinstance(chunk, TokenChunk), chunk
+                streamed[chunk.request_id].append(chunk)
+            # One socket, so the engine reads the update before the requests sent after it.
+            c.send(UpdateWeights(request_id="u", version=1, path=str(v1_dir)))
+            for i in range(4):
+                c.send(generate(f"after{i}", [9, 8, 7 + i], max_tokens=5))
+                streamed[f"after{i}"] = []
+            results: dict[str, GenerateResult] = {}
+            order: list[str] = []
+            while len(results) < 20 or "updated" not in order:
+                message = c.recv()
+                if isinstance(message, WeightsUpdated):
+                    assert message == WeightsUpdated(request_id="u", version=1)
+                    order.append("updated")
+                elif isinstance(message, GenerateResult):
+                    results[message.request_id] = message
+                    order.append(message.request_id)
+                else:
+                    assert isinstance(message, TokenChunk), message
+                    streamed[message.request_id].append(message)
+                    if message.request_id.startswith("after"):
+                        order.append("after-token")
+            for rid, result in results.items():
+                chunks = streamed[rid]
+                assert result.finish_reason == "length"
+                assert result.completion_token_ids.tolist() == [int(t) for ch in chunks for t in ch.token_ids]
+                # Every token of the result says which version sampled it, as its chunk did.
+                assert result.policy_versions.tolist() == [ch.policy_version for ch in chunks]
+            originals = [results[f"r{i}"].policy_versions.tolist() for i in range(16)]
+            assert all(len(v) == n_tokens for v in originals)
+            assert all(results[f"after{i}"].policy_versions.tolist() == [1] * 5 for i in range(4))
+            if policy == "continue":
+                assert all(v == sorted(v) and v[0] == 0 for v in originals)  # at most one switch, v0 to v1
+                assert all(v[-1] == 1 for v in originals)  # the update landed while they ran
+            else:
+                assert all(v == [0] * n_tokens for v in originals)  # finished on the weights they started with
+                updated = order.index("updated")
+                assert set(order[:updated]) == {f"r{i}" for i in range(16)}  # the update waited for all of them
+                assert "after-token" not in order[:updated]  # and the queue waited for the update
+            assert served.stats["weight_updates"] == 1
+        finally:
+            c.close()
+
+
+def serve_with(model_dir: Path, policy: str) -> Iterator[EngineServer]:
+    with serving(EngineServerConfig(model_dir=str(model_dir), bind="tcp://127.0.0.1:*", engine=ENGINE,
+                                    weight_update_policy=policy)) as served:  # type: ignore[arg-type]
+        yield served
+
+
+def test_while_an_update_waits_for_running_requests_a_second_one_is_refused(model_dir: Path, v1_dir: Path, fused_dir: Path):
+    for served in serve_with(model_dir, "drain"):
+        c = Client(served.address)
+        try:
+            c.send(generate("running", PROMPT, max_tokens=4000))
+            assert isinstance(c.recv(), TokenChunk)
+            c.send(UpdateWeights(request_id="first", version=1, path=str(v1_dir)))
+            c.send(UpdateWeights(request_id="second", version=2, path=str(fused_dir)))
+            while not isinstance(message := c.recv(), Error):
+                assert isinstance(message, TokenChunk), message
+            assert (message.code, message.request_id, message.field) == ("weight_update", "second", "version")
+            assert "waiting for 1 running requests" in message.message
+            c.send(Abort(request_id="running"))
+            _, aborted = c.until_result("running")
+            assert aborted.finish_reason == "abort" and set(aborted.policy_versions.tolist()) == {0}
+            assert c.recv() == WeightsUpdated(request_id="first", version=1)
+        finally:
+            c.close()
+
+
 # ---- a step that raises -------------------------------------------------------------
 
 

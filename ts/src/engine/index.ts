@@ -4,3 +4,4 @@ export { ScriptedEngine, fakeLogprob, type ScriptedCall, type ScriptedEngineConf
 export { VllmEngine, type VllmEngineConfig } from "./vllm.ts";
 export { SglangEngine, type SglangEngineConfig } from "./sglang.ts";
 export { ZmqEngine, EngineRequestError, isEngineRequestError, type ZmqEngineConfig } from "./zmq.ts";
+export { AffinityEngine, NoReplicaError, proxyTurnSession, type AffinityConfig, type RoutedEngine } from "./affinity.ts";

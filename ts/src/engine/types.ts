@@ -51,6 +51,11 @@ export interface GenerateChunk {
   policy_version: number;
   /** Set on the last chunk only. */
   finish_reason: FinishReason | null;
+  /**
+   * Last chunk only, where the engine reports it: prompt tokens served from its prefix cache
+   * rather than computed (the Python engine's `cached_prompt_tokens`; vLLM/SGLang `cached_tokens`).
+   */
+  cached_prompt_tokens?: number | null;
 }
 
 export interface EngineClient {

@@ -25,6 +25,11 @@
  *    update_weights on its own socket): each chunk carries the version that
  *    sampled it and the last chunk the oldest. This client never sends
  *    update_weights, so a weights_updated reply is counted as unrouted.
+ * 6. A DEALER never reports a dead peer by itself, so the socket's monitor does:
+ *    when the connection drops, every request in flight fails with an
+ *    EngineError (the engine, restarted or not, will never answer them: a new
+ *    connection is a new peer to its ROUTER) and `available()` is false until
+ *    the connection is back; the next call says hello again.
  */
 import { Dealer } from "zeromq";
 import { decodeControl, encodeControl } from "../schema/control-codec.ts";
@@ -122,11 +127,25 @@ export class ZmqEngine implements EngineClient {
   private closed = false;
   /** Replies that named no request this client is waiting for (late results of aborted requests, stray errors). */
   unrouted = 0;
+  private connectionLost = false;
+  private disconnectWaiters: (() => void)[] = [];
 
   constructor(private readonly config: ZmqEngineConfig) {
+    this.socket.events.on("disconnect", () => this.onDisconnect());
+    this.socket.events.on("connect", () => (this.connectionLost = false));
     // Unsent messages wait for the connection (no `immediate`), so the client may start before the engine binds.
     this.socket.connect(config.address);
     void this.receiveLoop();
+  }
+
+  /** False from a dropped connection until it is back (never connected yet counts as available). */
+  available(): boolean {
+    return !this.connectionLost && !this.closed;
+  }
+
+  /** Resolves at the next time the engine's connection drops. */
+  untilDisconnected(): Promise<void> {
+    return new Promise((resolve) => this.disconnectWaiters.push(resolve));
   }
 
   /** Asks the engine what it serves (also checks the schema MAJOR); replies come in order, so this reflects every earlier message. */
@@ -235,7 +254,10 @@ export class ZmqEngine implements EngineClient {
       throw new EngineError(this.name, `request ${req.request_id}: result has ${ids.length} tokens but ${streamed.length} were streamed, or they differ`);
     }
     const width = result.moe_layers * result.top_k;
-    const chunk: GenerateChunk = { token_ids: [], logprobs: [], routing: null, policy_version: result.policy_version, finish_reason: result.finish_reason };
+    const chunk: GenerateChunk = {
+      token_ids: [], logprobs: [], routing: null, policy_version: result.policy_version, finish_reason: result.finish_reason,
+      cached_prompt_tokens: result.cached_prompt_tokens,
+    };
     if (width === 0) return chunk; // a dense model has no routing
     const shapeError = (what: string, values: Uint16Array, expected: string): EngineError =>
       new EngineError(this.name, `request ${req.request_id}: ${what} has ${values.length} values, expected ${expected} x [${result.moe_layers}, ${result.top_k}]`);
@@ -310,6 +332,14 @@ export class ZmqEngine implements EngineClient {
     const queue = this.streams.get(requestId);
     if (queue) queue.push(reply);
     else this.unrouted += 1;
+  }
+
+  private onDisconnect(): void {
+    if (this.closed) return;
+    this.connectionLost = true;
+    this.firstInfo = null; // whatever answers next (a restarted engine) is asked again
+    this.failAll(new EngineError(this.name, `the connection to ${this.config.address} dropped; requests in flight there are lost`));
+    for (const wake of this.disconnectWaiters.splice(0)) wake();
   }
 
   private failAll(error: Error): void {

@@ -18,6 +18,7 @@ import { ScriptedEngine, type ScriptedReply } from "../engine/scripted.ts";
 import { SglangEngine } from "../engine/sglang.ts";
 import type { EngineClient } from "../engine/types.ts";
 import { VllmEngine } from "../engine/vllm.ts";
+import { AffinityEngine } from "../engine/affinity.ts";
 import { ZmqEngine } from "../engine/zmq.ts";
 import type { TurnListener } from "./capture/session-capture.ts";
 import { loadProxyModel, type ProxyModel } from "./model.ts";
@@ -59,7 +60,7 @@ export const proxyCommand: LegoCommand = {
       .option("model-dir", { type: "string", demandOption: true, describe: "directory with tokenizer.json and tokenizer_config.json (chat template)" })
       .option("engine", { choices: ["scripted", "vllm", "sglang", "zmq"] as const, default: "scripted" as const, describe: "engine behind the proxy (zmq: python -m lego_rl.engine)" })
       .option("engine-url", { type: "string", describe: "vLLM / SGLang server origin, e.g. http://127.0.0.1:8000" })
-      .option("engine-address", { type: "string", describe: "zmq engine: the ZeroMQ endpoint it bound, e.g. tcp://127.0.0.1:5556" })
+      .option("engine-address", { type: "string", describe: "zmq engine: the ZeroMQ endpoint it bound, e.g. tcp://127.0.0.1:5556; several, comma-separated, are replicas with session affinity" })
       .option("engine-model", { type: "string", describe: "model name the vLLM server serves (zmq: the name the engine must serve)" })
       .option("script", { type: "string", describe: "scripted engine: JSON file with a list of replies ({text} or {token_ids})" })
       .option("served-model", { type: "string", array: true, default: ["*"], describe: "model names clients may request ('*' = any)" })
@@ -153,7 +154,8 @@ function makeEngine(argv: ProxyArgs, model: ProxyModel): EngineClient {
   if (argv.engine === "zmq") {
     const address = argv["engine-address"];
     if (!address) throw new ProxyUsageError("--engine zmq needs --engine-address (the endpoint python -m lego_rl.engine printed)");
-    return new ZmqEngine({ address, ...(argv["engine-model"] ? { model: argv["engine-model"] } : {}) });
+    const replicas = address.split(",").map((a) => new ZmqEngine({ address: a.trim(), ...(argv["engine-model"] ? { model: argv["engine-model"] } : {}) }));
+    return replicas.length === 1 ? replicas[0]! : new AffinityEngine(replicas);
   }
   const url = argv["engine-url"];
   if (!url) throw new ProxyUsageError(`--engine ${argv.engine} needs --engine-url`);

@@ -4,7 +4,7 @@ import {
   Uint8, Uint16, Uint32, Utf8, type DataType,
 } from "apache-arrow";
 
-export const SCHEMA_VERSION = "2.0.0";
+export const SCHEMA_VERSION = "2.1.0";
 export const SCHEMA_MAJOR = 2;
 
 /** Routing values: uint8 when the model has at most 256 experts, else uint16. */
@@ -336,6 +336,10 @@ export interface GenerateResult {
   policy_version: number;
   /** Seed of the request's generator (requested or drawn). */
   seed: number;
+  /** Weight version that sampled each completion token, one per token (2.1; a request can span a weight update). Nil from engines before 2.1. */
+  policy_versions: Int32Array | null;
+  /** Prompt tokens served from the engine's prefix cache (or shared with an identical prompt) instead of computed (2.1). */
+  cached_prompt_tokens: number | null;
 }
 
 /** Client -> engine: stop a request now; the engine answers its GenerateResult with finish_reason abort (Error unknown_request if it already ended). */
@@ -562,6 +566,8 @@ export const MESSAGE_FIELDS: { readonly [K in ControlKind]: readonly MessageFiel
     { name: "top_k", nullable: false, type: { kind: "scalar", scalar: "int32" } },
     { name: "policy_version", nullable: false, type: { kind: "scalar", scalar: "int64" } },
     { name: "seed", nullable: false, type: { kind: "scalar", scalar: "int64" } },
+    { name: "policy_versions", nullable: true, type: { kind: "array", element: "int32" } },
+    { name: "cached_prompt_tokens", nullable: true, type: { kind: "scalar", scalar: "int32" } },
   ],
   abort: [
     { name: "request_id", nullable: false, type: { kind: "scalar", scalar: "string" } },
