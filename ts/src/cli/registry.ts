@@ -1,6 +1,7 @@
 import { demoCommand } from "../demo/cli.ts";
 import { proxyCommand } from "../proxy/cli.ts";
 import { sandboxCommand } from "../sandbox/cli.ts";
+import { evalCommand, tasksCommand } from "../tasks/cli.ts";
 import { transportCommand } from "../transport/cli.ts";
 import { pendingCommand, type LegoCommand } from "./component.ts";
 
@@ -13,6 +14,8 @@ export function legoCommands(): LegoCommand[] {
     pendingCommand("rollout", "run rollout workers against a trainer", "rollout worker"),
     proxyCommand,
     sandboxCommand,
+    tasksCommand,
+    evalCommand,
     transportCommand,
     pendingCommand("monitor", "serve the Live UI", "observability"),
     demoCommand,

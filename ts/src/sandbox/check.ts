@@ -4,12 +4,15 @@
  * A failing image is quarantined with the reason; rollouts then refuse it
  * (ensureTaskImage) until a later check passes.
  */
-import { readFileSync } from "node:fs";
+import { dirname } from "node:path";
 import { ensureBaseImage } from "./base-image.ts";
 import { quarantine, release } from "./image-state.ts";
 import type { RolloutRunner } from "./rollout-runner.ts";
 import { loadTask } from "./task.ts";
 import { ensureTaskImage } from "./task-image.ts";
+import { filesOfDir } from "./tar.ts";
+import type { AgentProgram } from "./stages.ts";
+import type { TaskDefinition } from "./task.ts";
 import type { RolloutOutcome } from "./types.ts";
 
 export interface TaskCheck {
@@ -26,6 +29,16 @@ function describe(o: RolloutOutcome): string {
   return o.status === "env_error" ? `env_error (${o.envError?.kind}: ${o.envError?.message})` : `${o.status}, reward ${o.reward}`;
 }
 
+/**
+ * The gold solution as an agent program, as Harbor's oracle runs it: the
+ * task's solution/ folder copied to /solution, then `bash /solution/solve.sh`
+ * from /workspace. Undefined for a task without a solve.sh.
+ */
+export function oracleProgram(task: TaskDefinition): AgentProgram | undefined {
+  if (!task.solveScript) return undefined;
+  return { script: "bash /solution/solve.sh", files: filesOfDir(dirname(task.solveScript), "solution") };
+}
+
 export async function checkTask(taskDir: string, runner: RolloutRunner): Promise<TaskCheck> {
   const task = loadTask(taskDir);
   const base = await ensureBaseImage();
@@ -36,7 +49,7 @@ export async function checkTask(taskDir: string, runner: RolloutRunner): Promise
   };
   if (!task.solveScript) return fail("task has no solution/solve.sh to check against");
   const [gold, empty] = await Promise.all([
-    runner.run({ task, image: image.tag, rolloutId: `check-gold-${task.name}`, agent: { script: readFileSync(task.solveScript, "utf8") } }),
+    runner.run({ task, image: image.tag, rolloutId: `check-gold-${task.name}`, agent: oracleProgram(task)! }),
     runner.run({ task, image: image.tag, rolloutId: `check-empty-${task.name}`, agent: { script: "true" } }),
   ]);
   const problems: string[] = [];

@@ -9,7 +9,7 @@ import { loadTask, namedTests, type TaskConfig } from "./task.ts";
 import { fixtureTask } from "./test-support.ts";
 
 const base: TaskConfig = {
-  agentTimeoutSec: 60, verifierTimeoutSec: 60, protectedPaths: [], needsGitHistory: false, verdictPlugin: true, failToPass: [], passToPass: [],
+  agentTimeoutSec: 60, verifierTimeoutSec: 60, buildTimeoutSec: 600, protectedPaths: [], needsGitHistory: false, verdictPlugin: true, failToPass: [], passToPass: [],
 };
 const named: TaskConfig = { ...base, failToPass: ["t.py::test_fix"], passToPass: ["t.py::test_old"] };
 const verdict = (over: Partial<RawVerdict> = {}): RawVerdict => ({

@@ -1,11 +1,9 @@
-/** Pure rules (no Docker): protected paths, the file-set diff, task.toml, verdict parsing. */
+/** Pure rules (no Docker): protected paths, the file-set diff, verdict parsing. */
 import { describe, expect, it } from "vitest";
-import { TaskFormatError } from "./errors.ts";
 import { parseVerdict } from "./verdict.ts";
 import { ProtectedPaths, globToRegExp } from "./protected-paths.ts";
 import { writesOutsideWorkspace } from "./stages.ts";
 import type { TarEntry } from "./tar.ts";
-import { parseTaskToml } from "./task.ts";
 import { diffWorkspace, snapshotOf } from "./workspace-files.ts";
 
 const file = (path: string, text: string, mode = 0o644): TarEntry => ({ path: `workspace/${path}`, type: "file", content: Buffer.from(text), mode });
@@ -96,24 +94,6 @@ describe("writes outside the workspace", () => {
       { path: "/run", kind: "modified" }, { path: "/run/lego-audit", kind: "added" }, { path: "/workspace/a", kind: "added" },
     ];
     expect(writesOutsideWorkspace(changes, ["/run/lego-audit", "/tmp"])).toEqual(["/var/tmp/x"]);
-  });
-});
-
-describe("task.toml subset", () => {
-  it("reads sections, strings, numbers, booleans and string arrays", () => {
-    const m = parseTaskToml('version = "1.0"\n[agent]\ntimeout_sec = 60 # s\n[lego]\nneeds_git_history = false\nprotected_paths = ["a", \'b/**\']\n', "t");
-    expect(Object.fromEntries(m)).toEqual({ version: "1.0", "agent.timeout_sec": 60, "lego.needs_git_history": false, "lego.protected_paths": ["a", "b/**"] });
-  });
-  it("reads named tests as whole quoted strings: a comma inside a node id stays", () => {
-    const m = parseTaskToml('[lego]\nfail_to_pass = ["t.py::test_a[1,2]", \'t.py::test_b\',]\npass_to_pass = []\n', "t");
-    expect(m.get("lego.fail_to_pass")).toEqual(["t.py::test_a[1,2]", "t.py::test_b"]);
-    expect(m.get("lego.pass_to_pass")).toEqual([]);
-    expect(() => parseTaskToml('[lego]\nfail_to_pass = ["a" "b"]\n', "t")).toThrow("task.toml:2");
-    expect(() => parseTaskToml("[lego]\nfail_to_pass = [a]\n", "t")).toThrow(TaskFormatError);
-  });
-  it("names the line it cannot read", () => {
-    expect(() => parseTaskToml("[agent]\ntimeout_sec = {x = 1}\n", "t")).toThrow(TaskFormatError);
-    expect(() => parseTaskToml("[agent]\ntimeout_sec = {x = 1}\n", "t")).toThrow("task.toml:2");
   });
 });
 

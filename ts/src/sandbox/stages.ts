@@ -16,6 +16,8 @@ import { applyWorkspaceChange, lockProtectedFiles, runGrader } from "./grader.ts
 import { networkAttempts, resourceCounters } from "./host-probes.ts";
 import { ProtectedPaths } from "./protected-paths.ts";
 import { moduleNamesOf, shadowingFiles } from "./shadowing.ts";
+import type { TarFile } from "./tar.ts";
+import { withOverlay, writeGradingFiles, writeOverlay } from "./task-overlay.ts";
 import { FORWARDER_PORT, ROUTE_SOCKET } from "./proxy-route.ts";
 import type { TaskDefinition } from "./task.ts";
 import { WORKSPACE, type DefenseFlag, type RolloutOutcome, type SandboxLimits, type SandboxStage } from "./types.ts";
@@ -26,6 +28,12 @@ export interface AgentProgram {
   /** bash script, run in /workspace as the agent user. */
   script: string;
   env?: Record<string, string>;
+  /**
+   * Files put root-owned under `/` before the script runs (paths relative to
+   * `/`, e.g. `solution/solve.sh`: Harbor copies the solution to /solution).
+   * Their top folders are ours, not the agent's writes outside the workspace.
+   */
+  files?: TarFile[];
 }
 
 export interface RolloutRequest {
@@ -154,6 +162,9 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
     let t = performance.now();
     box = await source.agent(req.image, req.rolloutId);
     const sb = box.sandbox;
+    await writeOverlay(sb, req.task);
+    const agentFiles = req.agent.files ?? [];
+    if (agentFiles.length) await sb.putFiles("/", agentFiles);
     const git = await sb.sh(SANITIZE_GIT_SCRIPT, { timeoutMs: 60_000 });
     if (git.exitCode !== 0) {
       throw new SandboxEnvError("setup_failed", `git sanitise exited ${git.exitCode}: ${git.stderr}`, sb.context());
@@ -186,7 +197,8 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
     if (box.gitProbes().length > 0) flags.add("git_history_probe");
     const full = running ? await sb.fullFilesystems() : [];
     if (full.length) flags.add("resource_limit");
-    const outside = writesOutsideWorkspace(await sb.changes(), box.mountPoints);
+    const ours = [...new Set(agentFiles.map((f) => `/${f.path.split("/")[0]}`))];
+    const outside = writesOutsideWorkspace(await sb.changes(), [...box.mountPoints, ...ours]);
     if (outside.length || (running && (await sb.shmUsed()))) flags.add("write_outside_workspace");
     if (outside.some((p) => p.startsWith("/logs/verifier"))) flags.add("grader_spoofing");
     timingsMs.agent = performance.now() - t;
@@ -203,16 +215,19 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
     }
     if (run.exitCode !== 0) return out({ status: "agent_error", reward: 0, log: run.stderr.slice(-4000) });
     if (full.length) return out({ status: "agent_error", reward: 0, log: `the agent filled ${full.join(", ")} (disk quota)` });
-    const agentFiles = await sb.getFiles(WORKSPACE, cfg.maxWorkspaceBytes);
+    const agentWorkspace = await sb.getFiles(WORKSPACE, cfg.maxWorkspaceBytes);
     source.discard(box);
     box = undefined;
 
     // ── grading
     t = performance.now();
     grading = await source.grading(req.image, req.rolloutId);
-    const pristine = await pristineWorkspace(req.image, grading);
+    // Read (or reuse) the image's own workspace before the overlay changes it: the cache is per image.
+    const imageWorkspace = await pristineWorkspace(req.image, grading);
+    await writeOverlay(grading, req.task);
+    const pristine = withOverlay(imageWorkspace, req.task);
     const protectedPaths = ProtectedPaths.forTask(req.task.config.protectedPaths);
-    const change = diffWorkspace(pristine, snapshotOf(agentFiles), protectedPaths);
+    const change = diffWorkspace(pristine, snapshotOf(agentWorkspace), protectedPaths);
     if (change.tampered.length) flags.add("tampered_test_path");
     if (change.escapingLinks.length) flags.add("write_outside_workspace");
     const shadows = shadowingFiles(change.write, pristine, change.remove, await moduleNamesOf(req.image, grading));
@@ -224,6 +239,7 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
     const verdict = await agentFilledDisk(grading, async () => {
       await applyWorkspaceChange(grading!, change);
       await lockProtectedFiles(grading!, pristine, protectedPaths);
+      await writeGradingFiles(grading!, req.task);
       return runGrader(grading!, req.task);
     });
     timingsMs.grading = performance.now() - t;

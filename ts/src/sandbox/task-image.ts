@@ -37,7 +37,7 @@ function repoName(task: string): string {
 export function taskImageTag(task: TaskDefinition, baseTag = baseImageTag()): string {
   const h = hashTree(task.environment.dir);
   h.update(`\0${RECIPE_VERSION}\0${baseTag}\0${task.environment.kind}\0history=${task.config.needsGitHistory}`);
-  return `${repoName(task.name)}:${h.digest("hex").slice(0, 16)}`;
+  return `${repoName(task.environment.image ?? task.name)}:${h.digest("hex").slice(0, 16)}`;
 }
 
 /** Pins every `FROM lego-rl/base[:tag]` to `baseTag`; any other FROM would need a registry. */
@@ -147,7 +147,7 @@ async function buildFromSetupScript(task: TaskDefinition, baseTag: string, tag: 
   try {
     await sb.exec(["mkdir", "-p", "/environment"], { user: "0" });
     await sb.putFiles("/environment", filesOfDir(task.environment.dir, ""));
-    const r = await sb.exec(["bash", "/environment/setup.sh"], { user: "0", workdir: "/environment", timeoutMs: 600_000 });
+    const r = await sb.exec(["bash", "/environment/setup.sh"], { user: "0", workdir: "/environment", timeoutMs: task.config.buildTimeoutSec * 1000 });
     log(r.stdout + r.stderr);
     if (r.exitCode !== 0) {
       throw new SandboxEnvError("image_build_failed", `setup.sh exited ${r.exitCode}: ${r.stderr.slice(-2000)}`,
