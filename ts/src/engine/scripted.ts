@@ -106,10 +106,13 @@ export class ScriptedEngine implements EngineClient {
       const part = ids.slice(start, start + size);
       // Waiting for each chunk's deadline rather than an interval keeps the
       // timers' lateness from adding up over a reply's chunks.
-      const wait = perToken > 0 ? begun + perToken * (start + part.length) - performance.now() : 0;
+      const due = begun + perToken * (start + part.length);
       // Yield to the event loop between chunks so aborts and other sessions interleave.
-      if (wait > 0) await sleep(wait, signal);
-      else await Promise.resolve();
+      if (perToken > 0 && due > performance.now()) {
+        // libuv rounds timers to whole milliseconds against a cached loop clock,
+        // so a timer can fire up to ~1 ms early; sleep again until truly due.
+        while (!signal?.aborted && due > performance.now()) await sleep(due - performance.now(), signal);
+      } else await Promise.resolve();
       if (signal?.aborted) throw new EngineAbortedError(this.name, req.request_id);
       const last = start + size >= ids.length;
       const chunk: GenerateChunk = {
