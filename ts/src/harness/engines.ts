@@ -1,0 +1,64 @@
+/**
+ * Scripted engines for harness tests, benchmarks and `lego eval --engine`:
+ * replies written in the model's own tool-call format (Qwen3 here), so the
+ * proxy parses them into each API's tool calls exactly as it does a real
+ * model's output.
+ *  - scripted-gold: replays the task's gold solution through the harness's
+ *    own tools (write the solution script with the write tool, run it with
+ *    the shell tool), then submits.
+ *  - answer-at-once: a final answer with no tool call; every healthy task must score 0.
+ */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { ScriptedEngine, type ScriptedReply } from "../engine/index.ts";
+import type { ProxyModel } from "../proxy/index.ts";
+import type { TaskDefinition } from "../sandbox/index.ts";
+
+/** The tool names one harness gives the model for each job. */
+export interface ToolNames {
+  write: { name: string; path: string; content: string };
+  shell: { name: string; command: string };
+  /** Absent where the harness ends on a plain answer. */
+  submit?: string;
+}
+
+export const ENGINES = ["scripted-gold", "answer-at-once"] as const;
+export type EngineName = (typeof ENGINES)[number];
+
+export class HarnessEngineError extends Error {}
+
+export function toolCall(name: string, args: Record<string, unknown>): string {
+  return `<tool_call>\n${JSON.stringify({ name, arguments: args })}\n</tool_call>`;
+}
+
+const GOLD_PATH = "/tmp/lego-gold.sh";
+
+export function goldScript(def: TaskDefinition, tools: ToolNames): ScriptedReply[] {
+  let solve: string;
+  try {
+    solve = readFileSync(join(def.dir, "solution", "solve.sh"), "utf8");
+  } catch (e) {
+    throw new HarnessEngineError(`task ${def.name} has no solution/solve.sh: scripted-gold has nothing to replay`, { cause: e });
+  }
+  const replies: ScriptedReply[] = [
+    { text: toolCall(tools.write.name, { [tools.write.path]: GOLD_PATH, [tools.write.content]: solve }) },
+    { text: toolCall(tools.shell.name, { [tools.shell.command]: `bash ${GOLD_PATH} && rm -f ${GOLD_PATH}` }) },
+  ];
+  replies.push(tools.submit ? { text: toolCall(tools.submit, {}) } : { text: "Done: the fix is applied." });
+  return replies;
+}
+
+export const ANSWER_AT_ONCE: ScriptedReply[] = [{ text: "I cannot help with that; no changes made." }];
+
+/** A scripted engine for one rollout of `def`; after the script, it answers plainly so no harness loops forever. */
+export function scriptedHarnessEngine(name: string, model: ProxyModel, def: TaskDefinition, tools: ToolNames): ScriptedEngine {
+  let script: ScriptedReply[];
+  if (name === "scripted-gold") script = goldScript(def, tools);
+  else if (name === "answer-at-once") script = ANSWER_AT_ONCE;
+  else throw new HarnessEngineError(`unknown engine ${JSON.stringify(name)} (known: ${ENGINES.join(", ")})`);
+  return new ScriptedEngine({
+    script: (call) => script[call.index] ?? { text: "Done." },
+    encode: (t) => model.tokenizer.encode(t),
+    endOfTurnId: model.codec.endOfTurnId,
+  });
+}
