@@ -8,8 +8,8 @@
  *    the shell tool), then submits.
  *  - answer-at-once: a final answer with no tool call; every healthy task must score 0.
  */
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
+import { readdirSync, readFileSync } from "node:fs";
+import { join, relative } from "node:path";
 import { ScriptedEngine, type ScriptedReply } from "../engine/index.ts";
 import type { ProxyModel } from "../proxy/index.ts";
 import type { TaskDefinition } from "../sandbox/index.ts";
@@ -31,19 +31,27 @@ export function toolCall(name: string, args: Record<string, unknown>): string {
   return `<tool_call>\n${JSON.stringify({ name, arguments: args })}\n</tool_call>`;
 }
 
-const GOLD_PATH = "/tmp/lego-gold.sh";
+/** Where the solution's files are written inside the container (the agent never sees the real /solution). */
+const GOLD_DIR = "/tmp/lego-gold";
 
+/**
+ * Every file of solution/ written with the harness's write tool under
+ * GOLD_DIR, then solve.sh run with the shell tool, its /solution/ paths
+ * pointed at GOLD_DIR (Harbor's solve.sh finds its files at /solution).
+ */
 export function goldScript(def: TaskDefinition, tools: ToolNames): ScriptedReply[] {
-  let solve: string;
+  const dir = join(def.dir, "solution");
+  let names: string[];
   try {
-    solve = readFileSync(join(def.dir, "solution", "solve.sh"), "utf8");
+    names = readdirSync(dir, { recursive: true, withFileTypes: true }).filter((e) => e.isFile()).map((e) => relative(dir, join(e.parentPath, e.name))).sort();
   } catch (e) {
-    throw new HarnessEngineError(`task ${def.name} has no solution/solve.sh: scripted-gold has nothing to replay`, { cause: e });
+    throw new HarnessEngineError(`task ${def.name} has no solution/: scripted-gold has nothing to replay`, { cause: e });
   }
-  const replies: ScriptedReply[] = [
-    { text: toolCall(tools.write.name, { [tools.write.path]: GOLD_PATH, [tools.write.content]: solve }) },
-    { text: toolCall(tools.shell.name, { [tools.shell.command]: `bash ${GOLD_PATH} && rm -f ${GOLD_PATH}` }) },
-  ];
+  if (!names.includes("solve.sh")) throw new HarnessEngineError(`task ${def.name} has no solution/solve.sh: scripted-gold has nothing to replay`);
+  const replies: ScriptedReply[] = names.map((n) => ({
+    text: toolCall(tools.write.name, { [tools.write.path]: `${GOLD_DIR}/${n}`, [tools.write.content]: readFileSync(join(dir, n), "utf8") }),
+  }));
+  replies.push({ text: toolCall(tools.shell.name, { [tools.shell.command]: `sed 's#/solution/#${GOLD_DIR}/#g' ${GOLD_DIR}/solve.sh | bash && rm -rf ${GOLD_DIR}` }) });
   replies.push(tools.submit ? { text: toolCall(tools.submit, {}) } : { text: "Done: the fix is applied." });
   return replies;
 }

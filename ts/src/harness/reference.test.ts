@@ -65,7 +65,7 @@ describe("reference harness in a real sandbox through the real proxy", () => {
     expectTokenExact(records, engine, goldScript(fix.task, HARNESS_TOOLS.reference!.tools));
     // What ran: the tool results the agent sent back on the next calls.
     const prompt = (i: number) => qwen3().tokenizer.decode(Array.from(engine.prompts[i]!));
-    expect(prompt(1)).toMatch(/wrote \d+ characters to \/tmp\/lego-gold\.sh/);
+    expect(prompt(1)).toMatch(/wrote \d+ characters to \/tmp\/lego-gold\/solve\.sh/);
     expect(prompt(2)).toContain("exit code 0");
   }, 180_000);
 

@@ -9,6 +9,7 @@ model asked for with what ran.
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
 import urllib.error
@@ -58,6 +59,7 @@ def run_tool(name, args, limits):
         with open(args["path"], encoding="utf-8", errors="replace") as f:
             return f.read()
     if name == "write_file":
+        os.makedirs(os.path.dirname(os.path.abspath(args["path"])), exist_ok=True)
         with open(args["path"], "w", encoding="utf-8") as f:
             f.write(args["content"])
         return f"wrote {len(args['content'])} characters to {args['path']}"
