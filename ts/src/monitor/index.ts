@@ -1,0 +1,2 @@
+export { Monitor, type MonitorOptions } from "./monitor.ts";
+export { type Alert, type AlertKind, defaultRules, type Rule, type Signal } from "./rules.ts";
