@@ -3,11 +3,11 @@ import { describe, expect, it } from "vitest";
 import { type AlertKind, Monitor, type Signal } from "./index.ts";
 
 const healthy = (i: number): Signal => ({
-  "optim/lr": 1e-5, "optim/grad_norm": 0.5 + 0.01 * (i % 3), "loss/kl_ref": 0.01 + 0.001 * (i % 2),
-  "mismatch/prob_correlation": 0.995, "routing/coverage": 1, "batch/token_misalignment": 0,
+  "optim/lr": 1e-5, "optim/grad_norm": 0.5 + 0.01 * (i % 3), "mismatch/k3_kl": 0.01 + 0.001 * (i % 2),
+  "mismatch/pearson_prob": 0.995, "routing/coverage": 1, "batch/token_misalignment": 0,
   "reward/flag_rate": 0, "tools/parse_failure_rate": 0.01, "tools/calls_per_turn": 1.5 + 0.1 * (i % 2),
   "episode/turns": 6, "episode/response_tokens": 800 + (i % 5) * 10, "episode/env_error_rate": 0.01,
-  "batch/max_staleness": 1,
+  "batch/staleness_max": 1,
 });
 
 const run = (n: number, override: (i: number) => Signal = () => ({})) => {
@@ -21,8 +21,8 @@ const faults: [AlertKind, (i: number) => Signal][] = [
   ["lr_zero", (i) => (i === 15 ? { "optim/lr": 0 } : {})],
   ["no_gradient", (i) => (i > 10 ? { "optim/grad_norm": 0 } : {})],
   ["grad_norm_spike", (i) => (i === 15 ? { "optim/grad_norm": 40 } : {})],
-  ["k3_kl_rising", (i) => (i > 10 ? { "loss/kl_ref": 0.01 * 1.5 ** (i - 10) } : {})],
-  ["prob_correlation_low", (i) => (i > 10 ? { "mismatch/prob_correlation": 0.9 } : {})],
+  ["k3_kl_rising", (i) => (i > 10 ? { "mismatch/k3_kl": 0.01 * 1.5 ** (i - 10) } : {})],
+  ["prob_correlation_low", (i) => (i > 10 ? { "mismatch/pearson_prob": 0.9 } : {})],
   ["routing_coverage_low", (i) => (i === 12 ? { "routing/coverage": 0.97 } : {})],
   ["token_misalignment", (i) => (i === 12 ? { "batch/token_misalignment": 3 } : {})],
   ["reward_hack_rate", (i) => (i > 10 ? { "reward/flag_rate": 0.2 } : {})],
@@ -31,7 +31,7 @@ const faults: [AlertKind, (i: number) => Signal][] = [
   ["turns_collapsing", (i) => (i > 10 ? { "episode/turns": 1 } : {})],
   ["response_length_drift", (i) => (i > 10 ? { "episode/response_tokens": 800 * 1.4 ** (i - 10) } : {})],
   ["env_error_spike", (i) => (i > 10 ? { "episode/env_error_rate": 0.5 } : {})],
-  ["staleness_beyond_bound", (i) => (i === 12 ? { "batch/max_staleness": 5 } : {})],
+  ["staleness_beyond_bound", (i) => (i === 12 ? { "batch/staleness_max": 5 } : {})],
 ];
 
 describe("monitor", () => {

@@ -57,9 +57,9 @@ export const defaultRules = (): Rule[] => [
     advice: "no gradient for several steps: check that the batch has trainable tokens and non-zero advantages (all-equal group rewards)" },
   { kind: "grad_norm_spike", key: "optim/grad_norm", window: 8, threshold: 10, check: spike,
     advice: "grad norm jumped against its recent mean: inspect the step's trajectories for extreme ratios; lower LR or tighten clipping" },
-  { kind: "k3_kl_rising", key: "loss/kl_ref", window: 5, threshold: 2, check: (h, t) => (h.every((x, i) => i === 0 || x > h[i - 1]!) && h[0]! > 0 && h[h.length - 1]! > t * h[0]! ? h[h.length - 1] : undefined),
-    advice: "k3 KL to the reference keeps rising: the policy is drifting; raise kl_coef or lower LR" },
-  { kind: "prob_correlation_low", key: "mismatch/prob_correlation", window: 3, threshold: 0.98, check: meanBelow,
+  { kind: "k3_kl_rising", key: "mismatch/k3_kl", window: 5, threshold: 2, check: (h, t) => (h.every((x, i) => i === 0 || x > h[i - 1]!) && h[0]! > 0 && h[h.length - 1]! > t * h[0]! ? h[h.length - 1] : undefined),
+    advice: "k3 KL between rollout and trainer logprobs keeps rising: engine and trainer diverge; check weight sync, dtype and routing replay, or enable mismatch correction" },
+  { kind: "prob_correlation_low", key: "mismatch/pearson_prob", window: 3, threshold: 0.98, check: meanBelow,
     advice: "rollout and trainer token probabilities disagree: check engine/trainer dtype, weight sync version and routing replay" },
   { kind: "routing_coverage_low", key: "routing/coverage", window: 1, threshold: 1, check: meanBelow,
     advice: "routing replay does not cover every MoE token: the engine must return expert ids for every generated token" },
@@ -79,7 +79,7 @@ export const defaultRules = (): Rule[] => [
     }, advice: "response length exploded or collapsed: check truncation, length penalties and the entropy trend" },
   { kind: "env_error_spike", key: "episode/env_error_rate", window: 5, threshold: 0.1, check: meanAbove,
     advice: "env_error rate high: check Docker health, sandbox limits and the harness runtime (`lego check`)" },
-  { kind: "staleness_beyond_bound", key: "batch/max_staleness", window: 1, threshold: 2, check: meanAbove,
+  { kind: "staleness_beyond_bound", key: "batch/staleness_max", window: 1, threshold: 2, check: meanAbove,
     advice: "trajectories are older than the staleness bound: the trainer is slower than rollout or weight sync stalls" },
 ];
 
