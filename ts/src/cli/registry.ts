@@ -1,6 +1,7 @@
 import { demoCommand } from "../demo/cli.ts";
 import { proxyCommand } from "../proxy/cli.ts";
 import { sandboxCommand } from "../sandbox/cli.ts";
+import { monitorCommand } from "../monitor/cli.ts";
 import { evalCommand, tasksCommand } from "../tasks/cli.ts";
 import { transportCommand } from "../transport/cli.ts";
 import { pendingCommand, type LegoCommand } from "./component.ts";
@@ -17,7 +18,7 @@ export function legoCommands(): LegoCommand[] {
     tasksCommand,
     evalCommand,
     transportCommand,
-    pendingCommand("monitor", "serve the Live UI", "observability"),
+    monitorCommand,
     demoCommand,
   ];
 }

@@ -1,7 +1,8 @@
 /** A trainer step log (the driver's JSON lines) replayed through the monitor. */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { Monitor, monitorStepLog, StepLogError } from "./index.ts";
 
@@ -36,5 +37,16 @@ describe("step log monitor", () => {
     writeFileSync(steps, `${line(1, 1e-5)}\n{not json\n`);
     expect(() => monitorStepLog(new Monitor(), steps)).toThrow(StepLogError);
     expect(() => monitorStepLog(new Monitor(), steps)).toThrow(/line 2/);
+  });
+});
+
+describe("lego monitor replay", () => {
+  it("prints the alert a crafted step log raises as JSON", { timeout: 60_000 }, () => {
+    dir = mkdtempSync(join(tmpdir(), "mon-"));
+    const steps = join(dir, "steps.jsonl");
+    writeFileSync(steps, [1, 2, 3].map((s) => line(s, s < 3 ? 1e-5 : 0)).join("\n") + "\n");
+    const r = spawnSync(resolve(import.meta.dirname, "../../bin/lego"), ["monitor", "replay", steps], { encoding: "utf8", timeout: 50_000 });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout.trim().split("\n").map((l) => JSON.parse(l).kind)).toEqual(["lr_zero"]);
   });
 });
