@@ -1,3 +1,4 @@
+import { checkCommand } from "../check/index.ts";
 import { demoCommand } from "../demo/cli.ts";
 import { proxyCommand } from "../proxy/cli.ts";
 import { sandboxCommand } from "../sandbox/cli.ts";
@@ -19,6 +20,7 @@ export function legoCommands(): LegoCommand[] {
     evalCommand,
     transportCommand,
     monitorCommand,
+    checkCommand,
     demoCommand,
   ];
 }
