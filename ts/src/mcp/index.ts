@@ -1,0 +1,1 @@
+export { runServer, type RunView } from "./server.ts";
