@@ -2,6 +2,7 @@ import { checkCommand } from "../check/index.ts";
 import { demoCommand } from "../demo/cli.ts";
 import { proxyCommand } from "../proxy/cli.ts";
 import { sandboxCommand } from "../sandbox/cli.ts";
+import { mcpCommand } from "../mcp/index.ts";
 import { monitorCommand } from "../monitor/cli.ts";
 import { evalCommand, tasksCommand } from "../tasks/cli.ts";
 import { transportCommand } from "../transport/cli.ts";
@@ -20,6 +21,7 @@ export function legoCommands(): LegoCommand[] {
     evalCommand,
     transportCommand,
     monitorCommand,
+    mcpCommand,
     checkCommand,
     demoCommand,
   ];

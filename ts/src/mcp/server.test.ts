@@ -38,3 +38,23 @@ describe("lego MCP server", () => {
     }
   });
 });
+
+describe("lego mcp over stdio", () => {
+  it("the official client reads a step log's alert through `lego mcp --run-dir`", { timeout: 60_000 }, async () => {
+    const { StdioClientTransport } = await import("@modelcontextprotocol/sdk/client/stdio.js");
+    const { mkdtempSync, rmSync, writeFileSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const { join, resolve } = await import("node:path");
+    const dir = mkdtempSync(join(tmpdir(), "mcp-"));
+    writeFileSync(join(dir, "steps.jsonl"), [1, 2].map((s) => JSON.stringify({ step: s, "optim/lr": s === 2 ? 0 : 1e-5 })).join("\n") + "\n");
+    const client = new Client({ name: "test", version: "0" });
+    try {
+      await client.connect(new StdioClientTransport({ command: resolve(import.meta.dirname, "../../bin/lego"), args: ["mcp", "--run-dir", dir] }));
+      const r = await client.callTool({ name: "alerts", arguments: {} });
+      expect(JSON.parse((r.content as { text: string }[])[0]!.text)).toMatchObject([{ kind: "lr_zero", at: 2 }]);
+    } finally {
+      await client.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
