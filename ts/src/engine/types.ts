@@ -1,6 +1,7 @@
 /**
  * The engine boundary: token ids in, token ids + logprobs + routing out.
- * The proxy never depends on which engine is behind this interface; every client (scripted, vLLM, SGLang, the Python engine over
+ * The proxy never depends on which engine is behind this interface; every
+ * client (scripted, vLLM, SGLang, the Python engine over
  * ZeroMQ) implements `EngineClient`.
  */
 import type { FinishReason, Routing } from "../proxy/records.ts";
