@@ -111,6 +111,3 @@ export class EngineAbortedError extends Error {
   }
 }
 
-export function isEngineAbortedError(e: unknown): e is EngineAbortedError {
-  return e instanceof EngineAbortedError;
-}
