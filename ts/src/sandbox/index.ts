@@ -9,8 +9,8 @@ export { Sandbox, type ExecOptions, type ExecResult, type SandboxSpec } from "./
 export { AgentSandbox, type RuntimeMount } from "./agent-sandbox.ts";
 export { WarmPool, type WarmPoolConfig } from "./warm-pool.ts";
 export { ConcurrencyLimit } from "./concurrency.ts";
-export { RolloutRunner, DEFAULT_RUNNER_CONFIG, type RolloutRunnerConfig } from "./rollout-runner.ts";
-export type { AgentProgram, RolloutRequest } from "./stages.ts";
+// The rollout runner lives in ../rollout/; these are the stage seams it drives.
+export { runStages, type AgentProgram, type RolloutRequest, type SandboxSource, type StageConfig } from "./stages.ts";
 export { DEFAULT_PROTECTED_PATHS, ProtectedPaths } from "./protected-paths.ts";
 export { FORWARDER_PORT } from "./proxy-route.ts";
 export { reapDeadRuns } from "./reaper.ts";

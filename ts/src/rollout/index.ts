@@ -1,0 +1,2 @@
+/** Public surface of the rollout concern (the worker that turns tasks into trajectories). */
+export { RolloutRunner, DEFAULT_RUNNER_CONFIG, type RolloutRunnerConfig } from "./runner.ts";
