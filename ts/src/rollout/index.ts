@@ -2,3 +2,4 @@
 export { RolloutRunner, DEFAULT_RUNNER_CONFIG, type RolloutRunnerConfig } from "./runner.ts";
 export { buildTrajectory, type SessionRecords, type TrajectoryIdentity, type TrajectoryInput } from "./trajectory.ts";
 export { RolloutEvents, type RolloutEvent, type RolloutEventKind } from "./events.ts";
+export { mayStartRollout, oldestPolicyVersion, overStalenessBound, type StalenessBound } from "./staleness.ts";
