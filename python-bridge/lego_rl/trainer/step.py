@@ -163,6 +163,8 @@ class PolicyUpdater:
         self.optimizer.step()
         metrics.update(loss_metrics)
         metrics["optim/grad_norm"] = float(grad_norm)
+        # The monitor's lr_zero alert reads this: a schedule that decays to 0 trains silently on nothing.
+        metrics["optim/lr"] = float(self.optimizer.param_groups[0]["lr"])
         metrics["batch/tokens"] = float(step.source_tokens)
         metrics["batch/packed_tokens"] = float(step.num_tokens)
         metrics["batch/trainable_tokens"] = float(step.targets_R.numel())

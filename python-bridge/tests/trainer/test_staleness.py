@@ -38,6 +38,7 @@ def test_on_policy_bound_trains_the_first_batch_and_excludes_the_stale_ones(byte
     assert "batch/excluded_stale" not in steps[0]
     assert steps[1]["batch/excluded_stale"] == steps[2]["batch/excluded_stale"] == 8
     assert [s["batch/staleness_max"] for s in steps] == [0.0, 1.0, 1.0]
+    assert steps[0]["optim/lr"] == 1e-3  # the monitor's lr_zero alert reads it from the step log
 
 
 def test_a_bound_of_one_version_lets_the_next_batch_train(byte_model_dir: Path, tmp_path: Path) -> None:

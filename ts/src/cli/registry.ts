@@ -1,6 +1,9 @@
+import { checkCommand } from "../check/index.ts";
 import { demoCommand } from "../demo/cli.ts";
 import { proxyCommand } from "../proxy/cli.ts";
 import { sandboxCommand } from "../sandbox/cli.ts";
+import { mcpCommand } from "../mcp/index.ts";
+import { monitorCommand } from "../monitor/cli.ts";
 import { evalCommand, tasksCommand } from "../tasks/cli.ts";
 import { transportCommand } from "../transport/cli.ts";
 import { pendingCommand, type LegoCommand } from "./component.ts";
@@ -17,7 +20,9 @@ export function legoCommands(): LegoCommand[] {
     tasksCommand,
     evalCommand,
     transportCommand,
-    pendingCommand("monitor", "serve the Live UI", "observability"),
+    monitorCommand,
+    mcpCommand,
+    checkCommand,
     demoCommand,
   ];
 }

@@ -1,0 +1,24 @@
+/** `lego check`: run the preflight, print one line per check, exit 1 if any failed. */
+import { homedir } from "node:os";
+import { join } from "node:path";
+import type { Argv } from "yargs";
+import type { LegoCommand } from "../cli/component.ts";
+import { preflight } from "./preflight.ts";
+
+export const checkCommand: LegoCommand = {
+  command: "check",
+  describe: "preflight: Docker, harness runtimes, disk space, ports; each failure names the fix",
+  builder: (y: Argv) =>
+    y
+      .option("docker-socket", { type: "string", default: "/var/run/docker.sock" })
+      .option("runtimes-dir", { type: "string", default: join(homedir(), ".cache", "lego-rl", "runtimes") })
+      .option("work-dir", { type: "string", default: process.cwd() })
+      .option("min-free-gib", { type: "number", default: 5 })
+      .option("port", { type: "array", number: true, default: [] as number[], describe: "ports that must be free" }),
+  handler: async (a) => {
+    const results = await preflight({ dockerSocket: a["docker-socket"], runtimesDir: a["runtimes-dir"], workDir: a["work-dir"],
+      minFreeGiB: a["min-free-gib"], ports: (a.port as number[]) ?? [] });
+    for (const r of results) process.stdout.write(`${r.ok ? "ok  " : "FAIL"} ${r.name}: ${r.detail}${r.fix ? `\n     fix: ${r.fix}` : ""}\n`);
+    if (results.some((r) => !r.ok)) process.exitCode = 1;
+  },
+};

@@ -1,0 +1,2 @@
+export { checkCommand } from "./cli.ts";
+export { checkDisk, checkDocker, checkPort, checkRuntimes, preflight, type CheckResult, type PreflightConfig } from "./preflight.ts";

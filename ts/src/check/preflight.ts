@@ -1,0 +1,73 @@
+/**
+ * `lego check` preflight: each check says what is wrong and the fix. Built so far: Docker
+ * daemon, harness runtimes, disk space, ports. Tokenizer/vocab, template/parser round trip,
+ * routing replay support and trainer reachability are planned (docs/monitor.md).
+ */
+import { spawnSync } from "node:child_process";
+import { existsSync, readFileSync, statfsSync } from "node:fs";
+import { createServer } from "node:net";
+import { join } from "node:path";
+import Docker from "dockerode";
+
+export interface PreflightConfig {
+  dockerSocket: string;
+  runtimesDir: string;
+  workDir: string;
+  minFreeGiB: number;
+  ports: number[];
+}
+
+export interface CheckResult {
+  name: string;
+  ok: boolean;
+  detail: string;
+  /** What to do when the check fails. */
+  fix?: string;
+}
+
+export async function checkDocker(socketPath: string): Promise<CheckResult> {
+  try {
+    await new Docker({ socketPath, timeout: 5_000 }).ping();
+    return { name: "docker", ok: true, detail: `daemon answers on ${socketPath}` };
+  } catch (e) {
+    return { name: "docker", ok: false, detail: `no Docker daemon on ${socketPath}: ${(e as Error).message}`,
+      fix: "start the daemon (e.g. `sudo systemctl start docker`) or point --docker-socket at its socket" };
+  }
+}
+
+export function checkRuntimes(dir: string): CheckResult {
+  const manifest = join(dir, "manifest.json");
+  const fix = "run `scripts/setup`, which installs the harness runtimes into this folder";
+  if (!existsSync(manifest)) return { name: "runtimes", ok: false, detail: `no harness runtimes: ${manifest} is missing`, fix };
+  let versions: Record<string, string>;
+  try {
+    versions = JSON.parse(readFileSync(manifest, "utf8")) as Record<string, string>;
+  } catch (e) {
+    return { name: "runtimes", ok: false, detail: `${manifest} is not JSON: ${(e as Error).message}`, fix };
+  }
+  const node = join(dir, "node", "bin", "node");
+  const run = spawnSync(node, ["--version"], { encoding: "utf8", timeout: 10_000 });
+  if (run.status !== 0) return { name: "runtimes", ok: false, detail: `${node} does not run: ${run.error?.message ?? run.stderr}`, fix };
+  return { name: "runtimes", ok: true, detail: `${Object.keys(versions).length} entries, node ${run.stdout.trim()}` };
+}
+
+export function checkDisk(dir: string, minFreeGiB: number): CheckResult {
+  const s = statfsSync(dir);
+  const free = (s.bavail * s.bsize) / 2 ** 30;
+  return free >= minFreeGiB
+    ? { name: "disk", ok: true, detail: `${free.toFixed(1)} GiB free under ${dir}` }
+    : { name: "disk", ok: false, detail: `${free.toFixed(1)} GiB free under ${dir}, need ${minFreeGiB}`, fix: "free space (old images: `docker image prune`) or choose another --work-dir" };
+}
+
+export function checkPort(port: number): Promise<CheckResult> {
+  return new Promise((resolve) => {
+    const srv = createServer();
+    srv.once("error", (e) => resolve({ name: `port ${port}`, ok: false, detail: `port ${port} is taken: ${e.message}`, fix: `stop what listens on ${port} or configure another port` }));
+    srv.listen(port, "127.0.0.1", () => srv.close(() => resolve({ name: `port ${port}`, ok: true, detail: "free" })));
+  });
+}
+
+export async function preflight(c: PreflightConfig): Promise<CheckResult[]> {
+  return [await checkDocker(c.dockerSocket), checkRuntimes(c.runtimesDir), checkDisk(c.workDir, c.minFreeGiB),
+    ...(await Promise.all(c.ports.map(checkPort)))];
+}

@@ -1,0 +1,3 @@
+export { runServer, type RunView } from "./server.ts";
+export { mcpCommand } from "./cli.ts";
+export { runDirView } from "./run-dir.ts";
