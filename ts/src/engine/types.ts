@@ -4,7 +4,7 @@
  * client (scripted, vLLM, SGLang, the Python engine over
  * ZeroMQ) implements `EngineClient`.
  */
-import type { FinishReason, Routing } from "../proxy/records.ts";
+import type { FinishReason, RoutingArray as Routing } from "../schema/index.ts";
 
 export interface SamplingParams {
   temperature: number;

@@ -17,7 +17,7 @@ import { ensureBaseImage } from "./base-image.ts";
 import { Sandbox } from "./container.ts";
 import { dockerClient } from "./docker.ts";
 import { containersOfRun } from "./reaper.ts";
-import { RolloutRunner } from "./rollout-runner.ts";
+import { RolloutRunner } from "../rollout/index.ts";
 import { currentRun } from "./run-identity.ts";
 import { AGENT_UID, DEFAULT_LIMITS } from "./types.ts";
 import { loadTask } from "./task.ts";
