@@ -16,7 +16,8 @@ import type { TaskDefinition } from "../sandbox/index.ts";
 
 /** The tool names one harness gives the model for each job. */
 export interface ToolNames {
-  write: { name: string; path: string; content: string };
+  /** `fixed`: arguments always passed as given (Claude Code creates a file with Edit and an empty old_string). */
+  write: { name: string; path: string; content: string; fixed?: Record<string, unknown> };
   shell: { name: string; command: string };
   /** Absent where the harness ends on a plain answer. */
   submit?: string;
@@ -49,7 +50,7 @@ export function goldScript(def: TaskDefinition, tools: ToolNames): ScriptedReply
   }
   if (!names.includes("solve.sh")) throw new HarnessEngineError(`task ${def.name} has no solution/solve.sh: scripted-gold has nothing to replay`);
   const replies: ScriptedReply[] = names.map((n) => ({
-    text: toolCall(tools.write.name, { [tools.write.path]: `${GOLD_DIR}/${n}`, [tools.write.content]: readFileSync(join(dir, n), "utf8") }),
+    text: toolCall(tools.write.name, { ...tools.write.fixed, [tools.write.path]: `${GOLD_DIR}/${n}`, [tools.write.content]: readFileSync(join(dir, n), "utf8") }),
   }));
   replies.push({ text: toolCall(tools.shell.name, { [tools.shell.command]: `sed 's#/solution/#${GOLD_DIR}/#g' ${GOLD_DIR}/solve.sh | bash && rm -rf ${GOLD_DIR}` }) });
   replies.push(tools.submit ? { text: toolCall(tools.submit, {}) } : { text: "Done: the fix is applied." });

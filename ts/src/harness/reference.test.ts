@@ -5,7 +5,7 @@
  * proxy saw come from the tools the engine called.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { RolloutRunner } from "../sandbox/rollout-runner.ts";
+import { RolloutRunner } from "../rollout/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS, fixtureImage, fixtureImages, leftoverContainers } from "../sandbox/test-support.ts";
 import type { TaskDefinition } from "../sandbox/index.ts";
 import type { ScriptedEngine, ScriptedReply } from "../engine/index.ts";
