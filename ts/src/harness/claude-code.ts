@@ -2,7 +2,7 @@
  * Claude Code (npm @anthropic-ai/claude-code, its native binary), unmodified,
  * from the mounted harness runtime: `claude -p --bare` headless, its event
  * stream (stream-json) on stdout, pointed at the proxy session's Anthropic
- * Messages endpoint. --bare keeps out hooks, plugins, CLAUDE.md discovery and
+ * Messages endpoint. --bare keeps out hooks, plugins, memory-file discovery and
  * keychain reads; the tool set is cut to what a coding task needs.
  */
 import { homedir } from "node:os";
