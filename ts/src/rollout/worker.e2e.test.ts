@@ -4,7 +4,7 @@
  * The receiver's spooled batches are read back with pyarrow: every group,
  * reward and provenance field arrives, and every trajectory exactly once.
  */
-import { execFile, spawnSync } from "node:child_process";
+import { execFile } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -12,28 +12,13 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureBaseImage } from "../sandbox/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS, leftoverContainers } from "../sandbox/test-support.ts";
-import { JsonLineProcess, PYTHON } from "../transport/bench-peers.ts";
+import type { JsonLineProcess } from "../transport/bench-peers.ts";
+import { receivedRows, startReceiver } from "./test-support.ts";
 
 const LEGO = resolve(import.meta.dirname, "../../bin/lego");
 const work = mkdtempSync(join(tmpdir(), "lego-rollout-e2e-"));
 const TASKS = "easy:seed=7,count=2";
 const G = 2;
-
-/** The receiver's accepted batches as rows (pyarrow over the receiver's own spool files). */
-function receivedRows(spool: string): Record<string, unknown>[] {
-  const script = `
-import json, sys, pathlib, pyarrow as pa
-from lego_rl.transport.spool_file import read_spool_file
-for f in sorted(pathlib.Path(sys.argv[1], "batches").glob("*.lgrb")):
-    rec = read_spool_file(f)
-    t = pa.ipc.open_stream(rec.payload).read_all()
-    for r in t.select(["trajectory_id", "group_id", "task_id", "harness", "status", "reward", "attempt"]).to_pylist():
-        print(json.dumps({"batch_id": rec.header.batch_id, **r}))
-`;
-  const r = spawnSync(PYTHON, ["-c", script, spool], { encoding: "utf8", timeout: 60_000 });
-  if (r.status !== 0) throw new Error(`reading the receiver spool failed: ${r.stderr}`);
-  return r.stdout.trim().split("\n").filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>);
-}
 
 async function rollout(harness: string, trainer: string): Promise<Record<string, unknown>[]> {
   const { stdout } = await promisify(execFile)(LEGO, [
@@ -49,8 +34,7 @@ describe("lego rollout end to end", () => {
   const rxSpool = join(work, "rx");
   beforeAll(async () => {
     await ensureBaseImage();
-    receiver = new JsonLineProcess("receiver", PYTHON, ["-m", "lego_rl.transport", "receive", "--bind", "tcp://127.0.0.1:*", "--spool", rxSpool]);
-    address = (await receiver.waitFor((e) => e.type === "listening", 30_000)).address as string;
+    ({ receiver, address } = await startReceiver(rxSpool));
   }, IMAGE_BUILD_TIMEOUT_MS);
   afterAll(async () => {
     receiver?.stop();
