@@ -9,7 +9,7 @@ import type { Argv } from "yargs";
 import type { LegoCommand } from "../cli/component.ts";
 import { defaultTasksConfig, emptyAgent, harnessLauncher, openTaskSource, oracleAgent, type AgentLauncher } from "../tasks/index.ts";
 import { Sender } from "../transport/index.ts";
-import { buildWorkerConfig, readWorkerConfigFile, type WorkerConfig } from "./config.ts";
+import { WorkerConfigError, buildWorkerConfig, readWorkerConfigFile, type WorkerConfig } from "./config.ts";
 import { RolloutEvents } from "./events.ts";
 import { RolloutRunner } from "./runner.ts";
 import { SummaryCollector, formatSummary, jsonLines } from "./summary.ts";
@@ -71,11 +71,25 @@ export const rolloutCommand: LegoCommand = {
       .option("producer-id", { type: "string", describe: "this worker's stable name" })
       .option("limit", { type: "number", describe: "only the first N tasks" }),
   handler: async (a) => {
-    const file = a.config ? readWorkerConfigFile(a.config as string) : {};
-    const cfg = buildWorkerConfig(file, {
-      tasks: a.tasks, harness: a.harness, engine: a.engine, groupSize: a["group-size"], concurrency: a.concurrency, trainer: a.trainer,
-      maxStaleness: a["max-staleness"], maxAttempts: a["max-attempts"], warmPool: a["warm-pool"], spoolDir: a["spool-dir"], producerId: a["producer-id"], limit: a.limit,
-    } as Partial<WorkerConfig>);
+    let cfg: WorkerConfig;
+    try {
+      cfg = configFrom(a);
+    } catch (e) {
+      // A bad flag or config file is the operator's to fix: say which, without a stack trace.
+      if (!(e instanceof WorkerConfigError)) throw e;
+      process.stderr.write(`lego rollout: ${e.message}\n`);
+      process.exitCode = 1;
+      return;
+    }
     await runRollout(cfg, { tty: process.stdout.isTTY === true, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) });
   },
 };
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- yargs arguments, typed field by field below
+function configFrom(a: Record<string, any>): WorkerConfig {
+  const file = a.config ? readWorkerConfigFile(a.config as string) : {};
+  return buildWorkerConfig(file, {
+    tasks: a.tasks, harness: a.harness, engine: a.engine, groupSize: a["group-size"], concurrency: a.concurrency, trainer: a.trainer,
+    maxStaleness: a["max-staleness"], maxAttempts: a["max-attempts"], warmPool: a["warm-pool"], spoolDir: a["spool-dir"], producerId: a["producer-id"], limit: a.limit,
+  } as Partial<WorkerConfig>);
+}

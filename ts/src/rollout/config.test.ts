@@ -1,7 +1,8 @@
 /** The worker's config: defaults ← TOML file ← flags; unknown keys and bad values are clear errors. */
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { spawnSync } from "node:child_process";
+import { join, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { DEFAULT_WORKER_CONFIG, WorkerConfigError, buildWorkerConfig, readWorkerConfigFile } from "./index.ts";
 
@@ -30,5 +31,19 @@ describe("worker config", () => {
     expect(() => buildWorkerConfig({}, { ...base, harness: "claude-code" })).toThrow(/needs --engine/);
     expect(() => buildWorkerConfig({}, { harness: "oracle", trainer: base.trainer })).toThrow(/tasks is required/);
     expect(() => buildWorkerConfig({}, { ...base, maxStaleness: -1 })).toThrow(/--max-staleness/);
+  });
+});
+
+describe("lego rollout with a bad config", () => {
+  it("exits 1 naming the problem, before touching Docker or the network", () => {
+    const lego = resolve(import.meta.dirname, "../../bin/lego");
+    const bad = spawnSync(lego, ["rollout", "--config", file("e.toml", "group_sise = 2\n")], { encoding: "utf8", timeout: 60_000 });
+    expect(bad.status).toBe(1);
+    expect(bad.stderr).toContain('lego rollout: ');
+    expect(bad.stderr).toContain('unknown key "group_sise"');
+    expect(bad.stderr).not.toContain("    at ");
+    const noTrainer = spawnSync(lego, ["rollout", "--tasks", "easy", "--harness", "oracle"], { encoding: "utf8", timeout: 60_000 });
+    expect(noTrainer.status).toBe(1);
+    expect(noTrainer.stderr).toContain("trainer is required");
   });
 });
