@@ -120,7 +120,11 @@ export async function runWorkerLoop(
     events.emit({ kind: "group_shipped", groupId, taskId: task.id, trajectories: graded.length, droppedEnvErrors: dropped });
   };
 
-  await Promise.all(tasks.map((t, i) => group(t, i)));
+  // Groups start only as slots free up (one more than the rollout slots need, so the next group
+  // fills the tail of the last), so the staleness check runs when a group really starts and a
+  // large task source is not expanded all at once.
+  const groups = new ConcurrencyLimit(Math.ceil(opts.concurrency / opts.groupSize) + 1);
+  await Promise.all(tasks.map((t, i) => groups.run(() => group(t, i))));
   return result;
 }
 
