@@ -26,6 +26,11 @@ export async function runRollout(cfg: WorkerConfig, io: { tty: boolean; out: (s:
   const { tasks: all } = await openTaskSource(cfg.tasks, defaultTasksConfig());
   const tasks = cfg.limit ? all.slice(0, cfg.limit) : all;
   const launcher = await launcherFor(cfg);
+  // Without the engine's version the bound cannot be checked; refusing beats pausing forever or ignoring it.
+  if (cfg.maxStaleness !== null && !launcher.samplingVersion) {
+    await launcher.close?.();
+    throw new WorkerConfigError(`--max-staleness needs the sampling policy version, and harness ${cfg.harness} reports none (no engine)`);
+  }
   const events = new RolloutEvents();
   const collector = new SummaryCollector(events);
   if (io.tty) events.subscribe((e) => e.kind === "group_shipped" && io.err(`group ${e.groupId}: ${e.trajectories} shipped, ${e.droppedEnvErrors} dropped\n`));
@@ -38,7 +43,7 @@ export async function runRollout(cfg: WorkerConfig, io: { tty: boolean; out: (s:
   try {
     result = await runWorkerLoop(tasks, { runner, launcher, sink: sender, events }, {
       groupSize: cfg.groupSize, concurrency: cfg.concurrency, maxAttempts: cfg.maxAttempts, runId, routing: null,
-      staleness: { maxStaleness: cfg.maxStaleness }, log: (l) => io.err(`${l}\n`),
+      staleness: { maxStaleness: cfg.maxStaleness }, samplingVersion: launcher.samplingVersion?.bind(launcher), log: (l) => io.err(`${l}\n`),
     });
     await sender.drain(cfg.drainTimeoutMs);
   } finally {
@@ -71,17 +76,14 @@ export const rolloutCommand: LegoCommand = {
       .option("producer-id", { type: "string", describe: "this worker's stable name" })
       .option("limit", { type: "number", describe: "only the first N tasks" }),
   handler: async (a) => {
-    let cfg: WorkerConfig;
     try {
-      cfg = configFrom(a);
+      await runRollout(configFrom(a), { tty: process.stdout.isTTY === true, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) });
     } catch (e) {
       // A bad flag or config file is the operator's to fix: say which, without a stack trace.
       if (!(e instanceof WorkerConfigError)) throw e;
       process.stderr.write(`lego rollout: ${e.message}\n`);
       process.exitCode = 1;
-      return;
     }
-    await runRollout(cfg, { tty: process.stdout.isTTY === true, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) });
   },
 };
 

@@ -45,5 +45,9 @@ describe("lego rollout with a bad config", () => {
     const noTrainer = spawnSync(lego, ["rollout", "--tasks", "easy", "--harness", "oracle"], { encoding: "utf8", timeout: 60_000 });
     expect(noTrainer.status).toBe(1);
     expect(noTrainer.stderr).toContain("trainer is required");
+    // The oracle has no engine, so a staleness bound could never be checked: refused, not ignored.
+    const stale = spawnSync(lego, ["rollout", "--tasks", "easy:seed=7,count=1", "--harness", "oracle", "--trainer", "tcp://127.0.0.1:9", "--max-staleness", "1"], { encoding: "utf8", timeout: 60_000 });
+    expect(stale.status).toBe(1);
+    expect(stale.stderr).toContain("--max-staleness needs the sampling policy version");
   });
 });

@@ -31,6 +31,8 @@ export interface AgentLauncher {
   /** What the rollout runner needs for this agent, e.g. the harness runtimes to mount; `lego eval` merges it into its runner. */
   readonly runner?: Partial<RolloutRunnerConfig>;
   start(task: Task, def: TaskDefinition, rolloutId: string): Promise<AgentRollout>;
+  /** The policy version the launcher's engine samples new rollouts with; the rollout worker's staleness bound needs it. */
+  samplingVersion?(): number;
   close?(): Promise<void>;
 }
 
