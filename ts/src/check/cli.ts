@@ -7,18 +7,20 @@ import { preflight } from "./preflight.ts";
 
 export const checkCommand: LegoCommand = {
   command: "check",
-  describe: "preflight: Docker, harness runtimes, disk space, ports; each failure names the fix",
+  describe: "preflight: Docker, harness runtimes, disk space, ports, tokenizer and chat template; each failure names the fix",
   builder: (y: Argv) =>
     y
       .option("docker-socket", { type: "string", default: "/var/run/docker.sock" })
       .option("runtimes-dir", { type: "string", default: join(homedir(), ".cache", "lego-rl", "runtimes") })
       .option("work-dir", { type: "string", default: process.cwd() })
       .option("min-free-gib", { type: "number", default: 5 })
-      .option("port", { type: "array", number: true, default: [] as number[], describe: "ports that must be free" }),
+      .option("port", { type: "array", number: true, default: [] as number[], describe: "ports that must be free" })
+      .option("model-dir", { type: "string", describe: "model directory (config.json, tokenizer.json, tokenizer_config.json): check tokenizer vs vocabulary and template vs tool-call parser" })
+      .option("tool-call-format", { choices: ["qwen3_json", "qwen3_coder_xml"] as const, default: "qwen3_json" as const, describe: "the proxy's tool-call parser (as `lego proxy`)" }),
   handler: async (a) => {
     const results = await preflight({ dockerSocket: a["docker-socket"], runtimesDir: a["runtimes-dir"], workDir: a["work-dir"],
-      minFreeGiB: a["min-free-gib"], ports: (a.port as number[]) ?? [] });
-    for (const r of results) process.stdout.write(`${r.ok ? "ok  " : "FAIL"} ${r.name}: ${r.detail}${r.fix ? `\n     fix: ${r.fix}` : ""}\n`);
+      minFreeGiB: a["min-free-gib"], ports: (a.port as number[]) ?? [], modelDir: a["model-dir"] ?? null, toolCallFormat: a["tool-call-format"] });
+    for (const r of results) process.stdout.write(`${r.skipped ? "skip" : r.ok ? "ok  " : "FAIL"} ${r.name}: ${r.detail}${r.fix ? `\n     fix: ${r.fix}` : ""}\n`);
     if (results.some((r) => !r.ok)) process.exitCode = 1;
   },
 };

@@ -1,2 +1,3 @@
 export { checkCommand } from "./cli.ts";
 export { checkDisk, checkDocker, checkPort, checkRuntimes, preflight, type CheckResult, type PreflightConfig } from "./preflight.ts";
+export { checkTemplateRoundTrip, checkTokenizer, modelChecks } from "./model-checks.ts";

@@ -1,13 +1,16 @@
 /**
  * `lego check` preflight: each check says what is wrong and the fix. Built so far: Docker
- * daemon, harness runtimes, disk space, ports. Tokenizer/vocab, template/parser round trip,
- * routing replay support and trainer reachability are planned (docs/monitor.md).
+ * daemon, harness runtimes, disk space, ports, and with a model directory the tokenizer
+ * against the model's vocabulary and the chat template against the tool-call parser
+ * (model-checks.ts). Routing replay support and trainer reachability are planned (docs/monitor.md).
  */
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, statfsSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import Docker from "dockerode";
+import type { ToolCallFormat } from "../proxy/index.ts";
+import { modelChecks } from "./model-checks.ts";
 
 export interface PreflightConfig {
   dockerSocket: string;
@@ -15,12 +18,17 @@ export interface PreflightConfig {
   workDir: string;
   minFreeGiB: number;
   ports: number[];
+  /** Model directory (config.json + tokenizer files); null skips the tokenizer and template checks. */
+  modelDir: string | null;
+  toolCallFormat: ToolCallFormat;
 }
 
 export interface CheckResult {
   name: string;
   ok: boolean;
   detail: string;
+  /** Not run (ok stays true): what it would need. */
+  skipped?: boolean;
   /** What to do when the check fails. */
   fix?: string;
 }
@@ -69,5 +77,7 @@ export function checkPort(port: number): Promise<CheckResult> {
 
 export async function preflight(c: PreflightConfig): Promise<CheckResult[]> {
   return [await checkDocker(c.dockerSocket), checkRuntimes(c.runtimesDir), checkDisk(c.workDir, c.minFreeGiB),
-    ...(await Promise.all(c.ports.map(checkPort)))];
+    ...(await Promise.all(c.ports.map(checkPort))),
+    ...(c.modelDir !== null ? modelChecks(c.modelDir, c.toolCallFormat)
+      : [{ name: "model", ok: true, skipped: true, detail: "no --model-dir: tokenizer and chat template checks not run" }])];
 }
