@@ -2,7 +2,8 @@
  * `lego check` preflight: each check says what is wrong and the fix. Built so far: Docker
  * daemon, harness runtimes, disk space, ports, and with a model directory the tokenizer
  * against the model's vocabulary and the chat template against the tool-call parser
- * (model-checks.ts). Routing replay support and trainer reachability are planned (docs/monitor.md).
+ * (model-checks.ts), and with an engine whether it returns MoE routing for routing replay
+ * (routing-check.ts). Trainer reachability is planned (docs/monitor.md).
  */
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, statfsSync } from "node:fs";
@@ -11,6 +12,7 @@ import { join } from "node:path";
 import Docker from "dockerode";
 import type { ToolCallFormat } from "../proxy/index.ts";
 import { modelChecks } from "./model-checks.ts";
+import { checkRouting, type RoutingEngine } from "./routing-check.ts";
 
 export interface PreflightConfig {
   dockerSocket: string;
@@ -21,6 +23,10 @@ export interface PreflightConfig {
   /** Model directory (config.json + tokenizer files); null skips the tokenizer and template checks. */
   modelDir: string | null;
   toolCallFormat: ToolCallFormat;
+  /** Engine to probe for routing replay support; null skips that check. */
+  engine: RoutingEngine | null;
+  /** How long the engine probe may take (engine start-up included). */
+  engineTimeoutMs: number;
 }
 
 export interface CheckResult {
@@ -79,5 +85,7 @@ export async function preflight(c: PreflightConfig): Promise<CheckResult[]> {
   return [await checkDocker(c.dockerSocket), checkRuntimes(c.runtimesDir), checkDisk(c.workDir, c.minFreeGiB),
     ...(await Promise.all(c.ports.map(checkPort))),
     ...(c.modelDir !== null ? modelChecks(c.modelDir, c.toolCallFormat)
-      : [{ name: "model", ok: true, skipped: true, detail: "no --model-dir: tokenizer and chat template checks not run" }])];
+      : [{ name: "model", ok: true, skipped: true, detail: "no --model-dir: tokenizer and chat template checks not run" }]),
+    c.engine !== null ? await checkRouting(c.engine, c.modelDir, c.engineTimeoutMs)
+      : { name: "routing", ok: true, skipped: true, detail: "no --engine-address / --engine-url: routing replay support not probed" }];
 }
