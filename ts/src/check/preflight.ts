@@ -3,7 +3,7 @@
  * daemon, harness runtimes, disk space, ports, and with a model directory the tokenizer
  * against the model's vocabulary and the chat template against the tool-call parser
  * (model-checks.ts), and with an engine whether it returns MoE routing for routing replay
- * (routing-check.ts). Trainer reachability is planned (docs/monitor.md).
+ * (routing-check.ts), and whether the trainer's receiver answers a hello (trainer-check.ts).
  */
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, statfsSync } from "node:fs";
@@ -13,6 +13,7 @@ import Docker from "dockerode";
 import type { ToolCallFormat } from "../proxy/index.ts";
 import { modelChecks } from "./model-checks.ts";
 import { checkRouting, type RoutingEngine } from "./routing-check.ts";
+import { checkTrainer } from "./trainer-check.ts";
 
 export interface PreflightConfig {
   dockerSocket: string;
@@ -27,6 +28,8 @@ export interface PreflightConfig {
   engine: RoutingEngine | null;
   /** How long the engine probe may take (engine start-up included). */
   engineTimeoutMs: number;
+  /** The trainer's data-plane receiver (`--receive` address); null skips that check. */
+  trainerAddress: string | null;
 }
 
 export interface CheckResult {
@@ -87,5 +90,7 @@ export async function preflight(c: PreflightConfig): Promise<CheckResult[]> {
     ...(c.modelDir !== null ? modelChecks(c.modelDir, c.toolCallFormat)
       : [{ name: "model", ok: true, skipped: true, detail: "no --model-dir: tokenizer and chat template checks not run" }]),
     c.engine !== null ? await checkRouting(c.engine, c.modelDir, c.engineTimeoutMs)
-      : { name: "routing", ok: true, skipped: true, detail: "no --engine-address / --engine-url: routing replay support not probed" }];
+      : { name: "routing", ok: true, skipped: true, detail: "no --engine-address / --engine-url: routing replay support not probed" },
+    c.trainerAddress !== null ? await checkTrainer(c.trainerAddress, c.engineTimeoutMs)
+      : { name: "trainer", ok: true, skipped: true, detail: "no --trainer-address: trainer not probed" }];
 }
