@@ -11,9 +11,11 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> None:
     """`address=None` starts a local Ray sized to this machine; otherwise joins that cluster."""
     if ray.is_initialized():
         return
-    # Token auth is on by default in recent Ray; a local single-user instance does not need it.
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if address:
+        # A remote cluster keeps whatever authentication its operator configured.
         ray.init(address=address, log_to_driver=True)
     else:
+        # Token auth is on by default in recent Ray; a local single-user instance that this
+        # process starts itself does not need it. Never switched off when joining a cluster.
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=True)

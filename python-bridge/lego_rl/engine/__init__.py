@@ -1,7 +1,7 @@
 """Embedded inference engine: token ids in; token ids, logprobs and MoE routing out (see docs/model.md)."""
 
 from .engine import Engine, EngineConfig
-from .sampling import choose_token, choose_tokens, raw_logprobs
+from .sampling import choose_tokens, raw_logprobs
 from .types import (
     EngineError,
     FinishReason,
@@ -26,7 +26,6 @@ __all__ = [
     "TokenEvent",
     "UnknownRequestError",
     "WeightUpdateError",
-    "choose_token",
     "choose_tokens",
     "raw_logprobs",
 ]

@@ -89,8 +89,3 @@ def choose_tokens(logits_RV: torch.Tensor, params: list[SamplingParams], streams
         else:
             chosen[rows_S] = drawn_S
     return chosen.tolist()
-
-
-def choose_token(logits_V: torch.Tensor, params: SamplingParams, stream: UniformStream) -> int:
-    """`choose_tokens` for one row."""
-    return choose_tokens(logits_V[None], [params], [stream])[0]

@@ -6,7 +6,7 @@ schemas/records.toml); this package adds the Arrow and msgpack codecs.
 
 from .arrow_codec import DecodedBatch, arrow_schema, batch_records, decode_batch, encode_batch
 from .compare import record_differences
-from .control_codec import control_fields, decode_control, encode_control
+from .control_codec import decode_control, encode_control
 from .errors import (
     ColumnTypeError,
     ControlMessageError,
@@ -63,7 +63,6 @@ __all__ = [
     "WeightVersion",
     "arrow_schema",
     "batch_records",
-    "control_fields",
     "decode_batch",
     "decode_control",
     "encode_batch",

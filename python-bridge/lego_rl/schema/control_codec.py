@@ -12,7 +12,6 @@ to read-only numpy views over the frame (no per-element work on either side).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
@@ -151,8 +150,3 @@ def decode_control(data: bytes | memoryview) -> g.ControlMessage:
         raise ControlMessageError(f"unknown control message kind {kind!r}; known: {sorted(g.MESSAGE_CLASSES)}")
     values = {d.name: _from_wire(d, wire.get(d.name), cls.__name__) for d in g.MESSAGE_FIELDS[kind]}
     return cls(**values)
-
-
-def control_fields(message: g.ControlMessage) -> dict[str, Any]:
-    """The message as a plain dict with `kind` first (for logs and JSON)."""
-    return {"kind": type(message).KIND, **dataclasses.asdict(message)}

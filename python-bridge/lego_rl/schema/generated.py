@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-SCHEMA_VERSION = "2.1.0"
+SCHEMA_VERSION = "2.2.0"
 SCHEMA_MAJOR = 2
 
 # Routing values: uint8 when the model has at most 256 experts, else uint16.
@@ -19,6 +19,10 @@ RoutingArray: TypeAlias = npt.NDArray[np.uint8] | npt.NDArray[np.uint16]
 TrajectoryStatus: TypeAlias = Literal["ok", "agent_error", "timeout", "env_error"]
 """How a rollout ended. Only `ok` carries a reward that may train; `env_error` never trains."""
 TRAJECTORY_STATUS_VALUES: tuple[str, ...] = ("ok", "agent_error", "timeout", "env_error",)
+
+EnvErrorKind: TypeAlias = Literal["image_build_failed", "container_died", "daemon_error", "grader_crashed", "daemon_unreachable", "engine_unreachable", "setup_failed"]
+"""Why the environment (not the agent) failed a rollout; such a rollout is retried, never trained on."""
+ENV_ERROR_KIND_VALUES: tuple[str, ...] = ("image_build_failed", "container_died", "daemon_error", "grader_crashed", "daemon_unreachable", "engine_unreachable", "setup_failed",)
 
 DefenseFlag: TypeAlias = Literal["tampered_test_path", "network_attempt", "git_history_probe", "grader_spoofing", "timeout", "write_outside_workspace", "resource_limit", "shadowed_module", "grader_tampering", "pathological_tree", "unfinished_test_session"]
 """A sandbox defense that fired during a rollout (docs/sandbox.md lists what raises each). A flagged rollout is visible to monitoring; most flags also mean reward 0."""

@@ -3,7 +3,7 @@
 Simplifications, each counted so the monitor sees them:
 1. `env_error` rollouts (and any without a reward) are excluded before grouping:
    an environment failure says nothing about the policy, so it must not become
-   a zero reward (DESIGN.md, "Reliable execution").
+   a zero reward.
 2. A group whose remaining rewards are all equal carries no learning signal
    (every advantage is 0); it is skipped, not trained as zeros.
 3. A group left with a single rollout has no baseline; it is skipped too.

@@ -121,6 +121,9 @@ def bench_interleaved(model_dir: Path, steps: int, warmup: int, block: int) -> t
             num_generations=GROUP, max_completion_length=MAX_TOKENS, temperature=1.0, beta=0.0,
             importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4, loss_type="grpo",
             dataloader_num_workers=0, seed=0, disable_tqdm=True,
+            # Like for like: TRL's GRPOConfig turns gradient checkpointing on by default (a second forward in
+            # backward) and adds the MoE router's load-balancing loss; our step does neither.
+            gradient_checkpointing=False, router_aux_loss_coef=0.0,
         )
         trainer = GRPOTrainer(
             model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
@@ -155,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         "tokens_per_s": round(ours["tokens_per_s"], 1),
         "trl_step_s": round(trl["step_s"], 4),
         "vs_trl": round(trl["step_s"] / ours["step_s"], 2),
+        "trl_gradient_checkpointing": False,
+        "trl_aux_loss": False,
     }))
     return 0
 

@@ -2,7 +2,7 @@
 
 All inputs are over trainable tokens only. Peers report healthy MoE runs at
 Pearson ~0.999 and k3 KL ~0.002; a misconfigured routing replay drops Pearson
-to ~0.75 (DESIGN.md, "Facts from the field").
+to ~0.75.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Legend: T packed tokens (every trained segment end to end), R trainable tokens,
 N trajectories, L MoE layers, K experts per token.
 
 1. Every segment of a trained trajectory is one sequence of the packed input;
-   segments attend only to themselves (DESIGN.md, "Segment").
+   segments attend only to themselves.
 2. Token t of a segment is predicted by the logits at its row t - 1, so only
    those R rows go through the LM head (`logit_rows_R`).
 3. Recorded routing is replayed per token; where the engine did not record it

@@ -58,10 +58,12 @@ def pump(receiver: Receiver, socket: zmq.Socket[Any], timeout_s: float = 10.0) -
         assert receiver.receive(timeout_s=0.05) is None, "no batch was expected here"
 
 
-def replies_until(receiver: Receiver, socket: zmq.Socket[Any], wanted: Any) -> list[Any]:
-    """Replies, in order, up to and including `wanted`."""
+def replies_until(receiver: Receiver, socket: zmq.Socket[Any], wanted: Any, timeout_s: float = 10.0) -> list[Any]:
+    """Replies, in order, up to and including `wanted`; fails (not hangs) if other replies keep coming."""
     out: list[Any] = []
+    deadline = time.monotonic() + timeout_s
     while wanted not in out:
+        assert time.monotonic() < deadline, f"no {wanted} among the replies {out}"
         pump(receiver, socket)
         out.append(decode_control(socket.recv()))
     return out
@@ -328,7 +330,10 @@ def test_with_the_consumer_handover_ids_the_consumer_already_holds_are_duplicate
     try:
         data = payload()
         dealer.send_multipart([header("known-1", data), data])
-        replies_until(receiver, dealer, Ack(batch_id="known-1", status="duplicate", reason=None))
+        replies = replies_until(receiver, dealer, Ack(batch_id="known-1", status="duplicate", reason=None))
+        assert not any(isinstance(r, Ack) and r.status == "accepted" for r in replies)
+        # The consumer already holds known-1: it must not be handed out again.
+        assert receiver.receive(timeout_s=0.2) is None
     finally:
         receiver.close()
 

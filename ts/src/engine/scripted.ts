@@ -7,7 +7,7 @@
  * bytes. No sleeps unless `decodeMsPerToken` is set (benchmarks that model a
  * real engine's decode time): chunks are yielded as fast as the consumer pulls them.
  */
-import type { Routing } from "../proxy/records.ts";
+import type { RoutingArray as Routing } from "../schema/index.ts";
 import { EngineAbortedError, EngineError, type EngineClient, type GenerateChunk, type GenerateRequest } from "./types.ts";
 
 /** One reply: text is encoded with `encode` and the end-of-turn token is appended unless `finish` is "length". */

@@ -11,7 +11,7 @@
  */
 import { parseJson, postJson } from "./http.ts";
 import { EngineError, type EngineClient, type GenerateChunk, type GenerateRequest } from "./types.ts";
-import type { FinishReason } from "../proxy/records.ts";
+import type { FinishReason } from "../schema/index.ts";
 
 export interface SglangEngineConfig {
   baseUrl: string;

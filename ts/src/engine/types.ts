@@ -1,10 +1,10 @@
 /**
  * The engine boundary: token ids in, token ids + logprobs + routing out.
- * The proxy never depends on which engine is behind this interface (DESIGN.md
- * "Engines"); every client (scripted, vLLM, SGLang, the Python engine over
+ * The proxy never depends on which engine is behind this interface; every
+ * client (scripted, vLLM, SGLang, the Python engine over
  * ZeroMQ) implements `EngineClient`.
  */
-import type { FinishReason, Routing } from "../proxy/records.ts";
+import type { FinishReason, RoutingArray as Routing } from "../schema/index.ts";
 
 export interface SamplingParams {
   temperature: number;
@@ -111,6 +111,3 @@ export class EngineAbortedError extends Error {
   }
 }
 
-export function isEngineAbortedError(e: unknown): e is EngineAbortedError {
-  return e instanceof EngineAbortedError;
-}

@@ -23,7 +23,7 @@
  */
 import { flattenRouting, parseJson, postJson, sseData } from "./http.ts";
 import { EngineAbortedError, EngineError, type EngineClient, type GenerateChunk, type GenerateRequest } from "./types.ts";
-import type { FinishReason } from "../proxy/records.ts";
+import type { FinishReason } from "../schema/index.ts";
 
 const PROMPT_SLOT = "__lego_prompt_ids__";
 

@@ -34,7 +34,7 @@
 import { Dealer } from "zeromq";
 import { decodeControl, encodeControl } from "../schema/control-codec.ts";
 import { SCHEMA_VERSION, type ControlMessage, type EngineInfo, type GenerateResult, type TokenChunk } from "../schema/generated.ts";
-import type { Routing } from "../proxy/records.ts";
+import type { RoutingArray as Routing } from "../schema/index.ts";
 import { EngineAbortedError, EngineError, type EngineClient, type EngineRejection, type GenerateChunk, type GenerateRequest } from "./types.ts";
 
 export interface ZmqEngineConfig {

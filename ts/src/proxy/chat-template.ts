@@ -2,8 +2,8 @@
  * The model's chat template (jinja, from tokenizer_config.json) rendered with
  * @huggingface/jinja.
  *
- * Besides whole renders, the proxy needs two pieces to keep token-in-token-out
- * (DESIGN.md "Facts from the field"): the text the template writes after an
+ * Besides whole renders, the proxy needs two pieces to keep token-in-token-out:
+ * the text the template writes after an
  * assistant message's content (Qwen3: "<|im_end|>\n", whose "\n" the engine
  * never samples), and the rendering of only the messages that follow an
  * assistant turn. Re-rendering the whole history would not reproduce what the

@@ -141,10 +141,6 @@ export class ClientGoneError extends Error {
   }
 }
 
-export function isProxyError(e: unknown): e is ProxyError {
-  return e instanceof ProxyError;
-}
-
 /** Any error as a ProxyError; unknown errors become a 500 without leaking internals beyond the message. */
 export function asProxyError(e: unknown): ProxyError {
   if (e instanceof ProxyError) return e;

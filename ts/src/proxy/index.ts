@@ -14,6 +14,5 @@ export {
   ProxyEngineError,
   ProxyError,
   RequestTooLargeError,
-  isProxyError,
 } from "./errors.ts";
 export { proxyCommand } from "./cli.ts";

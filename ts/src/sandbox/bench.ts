@@ -1,31 +1,30 @@
 /**
  * Sandbox benchmark (not a test): `cd ts && pnpm exec tsx src/sandbox/bench.ts`.
  * Measures, on the machine it runs on:
- *   - start→first exec of a cached image (create + start + `true`), p50/p99,
- *     against plain `docker run --rm IMAGE true` on the same image;
+ *   - start→first exec output of a cached image (create + start + `echo ok`), p50/p99, against
+ *     `docker run --rm --network none` with the same limits, and the same pair counting removal;
  *   - time to a ready sandbox from a warm pool, and one no-op rollout end to
  *     end with fresh containers vs warm pools;
  *   - 32 rollouts at once through setup → agent (no-op) → grading;
  *   - task image build time, uncached vs cached.
  * The last line is one JSON object for CI.
  */
-import { execFile } from "node:child_process";
+import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { promisify } from "node:util";
 import { ensureBaseImage } from "./base-image.ts";
 import { Sandbox } from "./container.ts";
 import { dockerClient } from "./docker.ts";
 import { containersOfRun } from "./reaper.ts";
-import { RolloutRunner } from "./rollout-runner.ts";
+import { RolloutRunner } from "../rollout/index.ts";
 import { currentRun } from "./run-identity.ts";
+import { AGENT_UID, DEFAULT_LIMITS } from "./types.ts";
 import { loadTask } from "./task.ts";
 import { ensureTaskImage } from "./task-image.ts";
 import { fixtureImage } from "./test-support.ts";
 import { WarmPool } from "./warm-pool.ts";
 
-const run = promisify(execFile);
 const N = Number(process.env.BENCH_N ?? 30);
 const CONCURRENT = Number(process.env.BENCH_CONCURRENT ?? 32);
 
@@ -36,26 +35,66 @@ function pct(xs: number[], p: number): number {
 const r1 = (x: number) => Math.round(x * 10) / 10;
 const log = (o: Record<string, unknown>) => console.log(JSON.stringify(o));
 
+/** `docker run` flags matching what Sandbox.start asks of the daemon for an agent-stage task container. */
+function baselineArgs(tag: string): string[] {
+  const l = DEFAULT_LIMITS;
+  return [
+    "run", "--rm", "--network", "none", "--init",
+    "--memory", String(l.memoryBytes), "--memory-swap", String(l.memoryBytes),
+    "--pids-limit", String(l.pids), "--cpus", String(l.cpus),
+    "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+    "--tmpfs", `/tmp:rw,nosuid,nodev,size=${l.tmpBytes},mode=1777`, "--shm-size", String(l.shmBytes),
+    "--user", `${AGENT_UID}:${AGENT_UID}`,
+    tag, "echo", "ok",
+  ];
+}
+
+/** Runs the docker CLI; `first` resolves at its first stdout byte, `done` when it exits (after --rm). */
+function dockerRunFirstOutput(args: string[]): { first: Promise<number>; done: Promise<number> } {
+  const child = spawn("docker", args, { stdio: ["ignore", "pipe", "pipe"] });
+  let stderr = "";
+  child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+  const first = new Promise<number>((resolve, reject) => {
+    child.stdout.once("data", () => resolve(performance.now()));
+    child.once("exit", () => reject(new Error(`docker run printed nothing: ${stderr}`)));
+  });
+  const done = new Promise<number>((resolve, reject) => {
+    child.once("exit", (code) => (code === 0 ? resolve(performance.now()) : reject(new Error(`docker run exited ${code}: ${stderr}`))));
+  });
+  return { first, done };
+}
+
 async function main(): Promise<void> {
   const base = await ensureBaseImage();
   const { task, image } = await fixtureImage("fix-add");
 
-  // 1. start → first exec vs docker run, interleaved so both see the same machine state.
+  // 1. start → first exec output vs `docker run --rm --network none` with the same limits, alternated so both
+  //    see the same machine state. Pair A stops both clocks at the first output; pair B also counts removal
+  //    (ours: Sandbox.remove, which also tears down the per-container disk quota; the baseline: `--rm`
+  //    finishing, which pays no quota because plain docker has none).
   const ours: number[] = [];
+  const oursRemoved: number[] = [];
   const plain: number[] = [];
+  const plainRemoved: number[] = [];
   for (let i = 0; i < N; i++) {
     let t = performance.now();
     const sb = await Sandbox.start({ image: image.tag, rolloutId: `bench-${i}`, stage: "agent" });
-    await sb.exec(["true"]);
+    const out = await sb.exec(["echo", "ok"]);
     ours.push(performance.now() - t);
+    if (!out.stdout.includes("ok")) throw new Error(`sandbox exec printed ${JSON.stringify(out.stdout)}`);
     await sb.remove();
+    oursRemoved.push(performance.now() - t);
     t = performance.now();
-    await run("docker", ["run", "--rm", image.tag, "true"]);
-    plain.push(performance.now() - t);
+    const { first, done } = dockerRunFirstOutput(baselineArgs(image.tag));
+    plain.push((await first) - t);
+    plainRemoved.push((await done) - t);
   }
   const startP50 = pct(ours, 50);
   const dockerP50 = pct(plain, 50);
+  const removedP50 = pct(oursRemoved, 50);
+  const dockerRemovedP50 = pct(plainRemoved, 50);
   log({ metric: "start_to_first_exec", p50_ms: r1(startP50), p99_ms: r1(pct(ours, 99)), docker_run_p50_ms: r1(dockerP50), docker_run_p99_ms: r1(pct(plain, 99)), n: N });
+  log({ metric: "start_exec_remove", p50_ms: r1(removedP50), p99_ms: r1(pct(oursRemoved, 99)), docker_run_rm_p50_ms: r1(dockerRemovedP50), docker_run_rm_p99_ms: r1(pct(plainRemoved, 99)), n: N });
 
   // 2. warm pool: acquisition latency with the pool full (steady state: rollouts outlast a start).
   const pool = new WarmPool(() => Sandbox.start({ image: image.tag, rolloutId: "pool", stage: "agent" }), (s) => s.remove(), { size: 2, fillConcurrency: 1 }).start();
@@ -127,6 +166,10 @@ async function main(): Promise<void> {
       start_p99_ms: r1(pct(ours, 99)),
       docker_run_p50_ms: r1(dockerP50),
       vs_docker_run: Math.round((startP50 / dockerP50) * 100) / 100,
+      start_remove_p50_ms: r1(removedP50),
+      docker_run_rm_p50_ms: r1(dockerRemovedP50),
+      vs_docker_run_with_removal: Math.round((removedP50 / dockerRemovedP50) * 100) / 100,
+      baseline: "docker run --rm --network none, same memory/pids/cpus/cap-drop/no-new-privileges/tmpfs/shm/init, --user agent; no disk quota",
       pool_ready_p50_ms: r1(pct(ready, 50)),
       rollout_p50_ms: r1(pct(coldSeq, 50)),
       rollout_warm_p50_ms: r1(pct(warmSeq, 50)),

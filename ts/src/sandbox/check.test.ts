@@ -9,7 +9,7 @@ import { sandboxCommand } from "./cli.ts";
 import { Sandbox } from "./container.ts";
 import { collectImages } from "./image-gc.ts";
 import { quarantined } from "./image-state.ts";
-import { RolloutRunner } from "./rollout-runner.ts";
+import { RolloutRunner } from "../rollout/index.ts";
 import { loadTask } from "./task.ts";
 import { ensureTaskImage } from "./task-image.ts";
 import { FIXTURES, IMAGE_BUILD_TIMEOUT_MS, fixtureImages, leftoverContainers } from "./test-support.ts";

@@ -7,7 +7,7 @@
 import { dirname } from "node:path";
 import { ensureBaseImage } from "./base-image.ts";
 import { quarantine, release } from "./image-state.ts";
-import type { RolloutRunner } from "./rollout-runner.ts";
+import type { RolloutRunner } from "../rollout/index.ts";
 import { loadTask } from "./task.ts";
 import { ensureTaskImage } from "./task-image.ts";
 import { filesOfDir } from "./tar.ts";

@@ -8,7 +8,7 @@ import { DEFAULT_BASE, ensureBaseImage } from "./base-image.ts";
 import { checkTask } from "./check.ts";
 import { collectImages } from "./image-gc.ts";
 import { reapDeadRuns } from "./reaper.ts";
-import { RolloutRunner } from "./rollout-runner.ts";
+import { RolloutRunner } from "../rollout/index.ts";
 import { loadTask } from "./task.ts";
 import { ensureTaskImage } from "./task-image.ts";
 

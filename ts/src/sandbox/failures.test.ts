@@ -4,7 +4,7 @@ import { readFileSync } from "node:fs";
 import type { AgentSandbox } from "./agent-sandbox.ts";
 import type { Sandbox } from "./container.ts";
 import { SandboxEnvError, daemonError } from "./errors.ts";
-import { RolloutRunner, type RolloutRunnerConfig } from "./rollout-runner.ts";
+import { RolloutRunner, type RolloutRunnerConfig } from "../rollout/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS, fixtureImage, fixtureImages, leftoverContainers } from "./test-support.ts";
 import type { TaskDefinition } from "./task.ts";
 

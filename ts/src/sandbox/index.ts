@@ -1,6 +1,6 @@
 /** Public surface of the sandbox component. */
 export type { DefenseFlag, EnvErrorKind, OutcomeStatus, RolloutOutcome, SandboxLimits, SandboxStage } from "./types.ts";
-export { DEFAULT_LIMITS, DEFENSE_FLAG_VALUES, LABEL } from "./types.ts";
+export { DEFAULT_LIMITS, DEFENSE_FLAG_VALUES, ENV_ERROR_KIND_VALUES, LABEL } from "./types.ts";
 export { SandboxEnvError, TaskFormatError, isSandboxEnvError } from "./errors.ts";
 export { DEFAULT_BASE, baseImageTag, ensureBaseImage, type BaseImageSpec } from "./base-image.ts";
 export { ensureTaskImage, taskImageTag, type TaskImage } from "./task-image.ts";
@@ -9,8 +9,8 @@ export { Sandbox, type ExecOptions, type ExecResult, type SandboxSpec } from "./
 export { AgentSandbox, type RuntimeMount } from "./agent-sandbox.ts";
 export { WarmPool, type WarmPoolConfig } from "./warm-pool.ts";
 export { ConcurrencyLimit } from "./concurrency.ts";
-export { RolloutRunner, DEFAULT_RUNNER_CONFIG, type RolloutRunnerConfig } from "./rollout-runner.ts";
-export type { AgentProgram, RolloutRequest } from "./stages.ts";
+// The rollout runner lives in ../rollout/; these are the stage seams it drives.
+export { runStages, type AgentProgram, type RolloutRequest, type SandboxSource, type StageConfig } from "./stages.ts";
 export { DEFAULT_PROTECTED_PATHS, ProtectedPaths } from "./protected-paths.ts";
 export { FORWARDER_PORT } from "./proxy-route.ts";
 export { reapDeadRuns } from "./reaper.ts";

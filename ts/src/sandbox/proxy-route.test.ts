@@ -3,7 +3,7 @@ import { createServer, type Server } from "node:http";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { RolloutRunner } from "./rollout-runner.ts";
+import { RolloutRunner } from "../rollout/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS, fixtureImage, fixtureImages, leftoverContainers } from "./test-support.ts";
 import type { TaskDefinition } from "./task.ts";
 

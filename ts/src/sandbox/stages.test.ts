@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readFileSync } from "node:fs";
 import { Sandbox } from "./container.ts";
-import { RolloutRunner } from "./rollout-runner.ts";
+import { RolloutRunner } from "../rollout/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS, fixtureImages, leftoverContainers, openFixtureRollouts, type FixtureTask } from "./test-support.ts";
 import type { TaskDefinition } from "./task.ts";
 

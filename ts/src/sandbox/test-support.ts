@@ -10,7 +10,7 @@ import { loadTask, type TaskDefinition } from "./task.ts";
 import { ensureTaskImage, type TaskImage } from "./task-image.ts";
 import { currentRun } from "./run-identity.ts";
 import { containersOfRun } from "./reaper.ts";
-import { RolloutRunner, type RolloutRunnerConfig } from "./rollout-runner.ts";
+import { RolloutRunner, type RolloutRunnerConfig } from "../rollout/index.ts";
 
 export const FIXTURES = fileURLToPath(new URL("./fixtures/tasks/", import.meta.url));
 

@@ -1,9 +1,9 @@
 /**
  * Domain names shared by the sandbox modules. Outcome statuses and defense
  * flags are the schema's vocabulary (schemas/records.toml: TrajectoryStatus,
- * DefenseFlag), never re-typed here; docs/sandbox.md says what raises each flag.
+ * DefenseFlag, EnvErrorKind), never re-typed here; docs/sandbox.md says what raises each flag.
  */
-import type { DefenseFlag, TrajectoryStatus } from "../schema/index.ts";
+import type { DefenseFlag, EnvErrorKind, TrajectoryStatus } from "../schema/index.ts";
 
 export type { DefenseFlag } from "../schema/index.ts";
 export { DEFENSE_FLAG_VALUES } from "../schema/index.ts";
@@ -14,15 +14,9 @@ export type SandboxStage = "setup" | "agent" | "grading";
 /** Outcome kinds, exactly the trajectory `status` strings of the schema. */
 export type OutcomeStatus = TrajectoryStatus;
 
-/** Why the environment (not the agent) failed; the rollout is retried, never trained on. */
-export type EnvErrorKind =
-  | "image_build_failed"
-  | "container_died"
-  | "daemon_error"
-  | "grader_crashed"
-  | "daemon_unreachable" // the Docker daemon's socket refused or is missing
-  | "engine_unreachable" // the inference engine behind the agent's proxy session failed
-  | "setup_failed";
+/** Why the environment (not the agent) failed: the schema's EnvErrorKind; the rollout is retried, never trained on. */
+export type { EnvErrorKind } from "../schema/index.ts";
+export { ENV_ERROR_KIND_VALUES } from "../schema/index.ts";
 
 /** What one rollout produced. `reward` is only meaningful when status is "ok". */
 export interface RolloutOutcome {

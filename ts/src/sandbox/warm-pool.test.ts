@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { ensureBaseImage } from "./base-image.ts";
 import { ConcurrencyLimit } from "./concurrency.ts";
 import { Sandbox } from "./container.ts";
-import { RolloutRunner } from "./rollout-runner.ts";
+import { RolloutRunner } from "../rollout/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS, fixtureImage, fixtureImages, leftoverContainers } from "./test-support.ts";
 import { WarmPool } from "./warm-pool.ts";
 

@@ -4,7 +4,7 @@ import {
   Uint8, Uint16, Uint32, Utf8, type DataType,
 } from "apache-arrow";
 
-export const SCHEMA_VERSION = "2.1.0";
+export const SCHEMA_VERSION = "2.2.0";
 export const SCHEMA_MAJOR = 2;
 
 /** Routing values: uint8 when the model has at most 256 experts, else uint16. */
@@ -15,6 +15,11 @@ export type RoutingDtype = "uint8" | "uint16";
 export const TRAJECTORY_STATUS_VALUES = ["ok", "agent_error", "timeout", "env_error"] as const;
 /** How a rollout ended. Only `ok` carries a reward that may train; `env_error` never trains. */
 export type TrajectoryStatus = (typeof TRAJECTORY_STATUS_VALUES)[number];
+
+/** Why the environment (not the agent) failed a rollout; such a rollout is retried, never trained on. */
+export const ENV_ERROR_KIND_VALUES = ["image_build_failed", "container_died", "daemon_error", "grader_crashed", "daemon_unreachable", "engine_unreachable", "setup_failed"] as const;
+/** Why the environment (not the agent) failed a rollout; such a rollout is retried, never trained on. */
+export type EnvErrorKind = (typeof ENV_ERROR_KIND_VALUES)[number];
 
 /** A sandbox defense that fired during a rollout (docs/sandbox.md lists what raises each). A flagged rollout is visible to monitoring; most flags also mean reward 0. */
 export const DEFENSE_FLAG_VALUES = ["tampered_test_path", "network_attempt", "git_history_probe", "grader_spoofing", "timeout", "write_outside_workspace", "resource_limit", "shadowed_module", "grader_tampering", "pathological_tree", "unfinished_test_session"] as const;

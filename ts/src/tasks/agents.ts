@@ -5,7 +5,8 @@
  * the empty agent need nothing. Harness adapters (ts/src/harness/) register a
  * factory here under their name, so `--harness H --engine E` finds them.
  */
-import { oracleProgram, type AgentProgram, type RolloutOutcome, type RolloutRunnerConfig, type TaskDefinition } from "../sandbox/index.ts";
+import type { RolloutRunnerConfig } from "../rollout/index.ts";
+import { oracleProgram, type AgentProgram, type RolloutOutcome, type TaskDefinition } from "../sandbox/index.ts";
 import { TaskSourceError } from "./errors.ts";
 import type { Task } from "./task.ts";
 

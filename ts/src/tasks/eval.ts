@@ -5,7 +5,8 @@
  * always — the only groups whose rewards differ, so the only ones GSPO learns
  * from — as a task list the rollout worker can read.
  */
-import { ensureBaseImage, ensureTaskImage, isSandboxEnvError, type RolloutRunner } from "../sandbox/index.ts";
+import type { RolloutRunner } from "../rollout/index.ts";
+import { ensureBaseImage, ensureTaskImage, isSandboxEnvError } from "../sandbox/index.ts";
 import type { AgentLauncher } from "./agents.ts";
 import { safeName } from "./materialize.ts";
 import { runRollout, type RolloutSummary } from "./health.ts";

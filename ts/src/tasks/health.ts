@@ -14,9 +14,9 @@ import {
   isSandboxEnvError,
   taskImageTag,
   type RolloutOutcome,
-  type RolloutRunner,
   type TaskDefinition,
 } from "../sandbox/index.ts";
+import type { RolloutRunner } from "../rollout/index.ts";
 import { emptyAgent, oracleAgent, type AgentLauncher } from "./agents.ts";
 import { taskHash, type Task } from "./task.ts";
 

@@ -2,8 +2,8 @@
  * Comparing an assistant message a harness echoes back with the reply the proxy
  * recorded.
  *
- * Harnesses re-serialize what the model wrote (DESIGN.md "Facts from the
- * field"): Claude Code re-serializes tool arguments and can rename tools;
+ * Harnesses re-serialize what the model wrote: Claude Code re-serializes
+ * tool arguments and can rename tools;
  * clients strip or add whitespace around the text. A fingerprint keeps what
  * identifies the reply and drops what re-serialization changes: whitespace runs
  * collapse, JSON arguments compare as canonical JSON, tool calls compare by id

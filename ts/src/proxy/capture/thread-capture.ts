@@ -2,7 +2,7 @@
  * One conversation thread's token history: which prompt the next call gets,
  * and how its turn joins the open segment.
  *
- * Token-in-token-out (DESIGN.md "Facts from the field"): when the incoming
+ * Token-in-token-out: when the incoming
  * messages are the recorded prompt messages + the recorded assistant reply +
  * new messages, the next prompt is the segment so far (recorded prompt ids +
  * the completion ids the engine produced) + the template's end-of-turn tail +

@@ -1,15 +1,23 @@
 /**
- * Runs rollouts through their stages with a concurrency limit, warm pools per
+ * Rollout concern: runs rollouts through their stages with a concurrency limit, warm pools per
  * hot image and env_error retries. Also the process's sandbox owner: it reaps
  * leftovers of dead runs when it starts and removes its own on close().
  */
-import { AgentSandbox, type RuntimeMount } from "./agent-sandbox.ts";
-import { ConcurrencyLimit } from "./concurrency.ts";
-import { Sandbox } from "./container.ts";
-import { reapDeadRuns } from "./reaper.ts";
-import { runStages, type RolloutRequest, type SandboxSource, type StageConfig } from "./stages.ts";
-import { DEFAULT_LIMITS, type RolloutOutcome, type SandboxLimits } from "./types.ts";
-import { WarmPool } from "./warm-pool.ts";
+import {
+  AgentSandbox,
+  ConcurrencyLimit,
+  DEFAULT_LIMITS,
+  reapDeadRuns,
+  runStages,
+  Sandbox,
+  WarmPool,
+  type RolloutOutcome,
+  type RolloutRequest,
+  type RuntimeMount,
+  type SandboxLimits,
+  type SandboxSource,
+  type StageConfig,
+} from "../sandbox/index.ts";
 
 export interface RolloutRunnerConfig {
   /** Rollouts in flight at once. */

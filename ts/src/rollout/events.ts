@@ -1,0 +1,43 @@
+/**
+ * The worker's one typed event stream. Progress display, JSON-lines logs, the
+ * end summary and metrics all subscribe here instead of each being called from
+ * the worker, so adding a consumer never touches the rollout loop.
+ */
+import type { EnvErrorKind, TrajectoryStatus } from "../schema/index.ts";
+
+export type RolloutEvent =
+  | { kind: "rollout_started"; groupId: string; trajectoryId: string; taskId: string; attempt: number }
+  | { kind: "rollout_finished"; groupId: string; trajectoryId: string; status: TrajectoryStatus; reward: number | null; wallTimeS: number }
+  | { kind: "rollout_retried"; groupId: string; trajectoryId: string; envError: EnvErrorKind; attempt: number }
+  | { kind: "group_shipped"; groupId: string; taskId: string; trajectories: number; droppedEnvErrors: number }
+  | { kind: "over_length"; trajectoryId: string; tokens: number; limit: number; action: "dropped" | "truncated" }
+  | { kind: "paused_for_staleness"; policyVersion: number; trainerVersion: number; maxStaleness: number }
+  | { kind: "resumed"; policyVersion: number; trainerVersion: number };
+
+export type RolloutEventKind = RolloutEvent["kind"];
+type Listener = (event: RolloutEvent & { at: number }) => void;
+
+export class RolloutEvents {
+  private readonly listeners = new Set<Listener>();
+  /** Listener failures, kept so a broken log sink cannot stop rollouts or go unseen. */
+  readonly listenerErrors: unknown[] = [];
+
+  constructor(private readonly now: () => number = Date.now) {}
+
+  /** Returns the unsubscribe function. */
+  subscribe(listener: Listener): () => void {
+    this.listeners.add(listener);
+    return () => void this.listeners.delete(listener);
+  }
+
+  emit(event: RolloutEvent): void {
+    const stamped = { ...event, at: this.now() };
+    for (const l of this.listeners) {
+      try {
+        l(stamped);
+      } catch (e) {
+        this.listenerErrors.push(e);
+      }
+    }
+  }
+}

@@ -1,0 +1,5 @@
+/** Public surface of the rollout concern (the worker that turns tasks into trajectories). */
+export { RolloutRunner, DEFAULT_RUNNER_CONFIG, type RolloutRunnerConfig } from "./runner.ts";
+export { buildTrajectory, type SessionRecords, type TrajectoryIdentity, type TrajectoryInput } from "./trajectory.ts";
+export { RolloutEvents, type RolloutEvent, type RolloutEventKind } from "./events.ts";
+export { mayStartRollout, oldestPolicyVersion, overStalenessBound, type StalenessBound } from "./staleness.ts";
