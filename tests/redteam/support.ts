@@ -12,7 +12,8 @@ import { readFileSync } from "node:fs";
 import { promisify } from "node:util";
 import { expect } from "vitest";
 import { QUOTA_FILE_PREFIX } from "../../ts/src/sandbox/disk-quota.ts";
-import { RolloutRunner, type DefenseFlag, type RolloutOutcome, type RolloutRunnerConfig } from "../../ts/src/sandbox/index.ts";
+import { RolloutRunner, type RolloutRunnerConfig } from "../../ts/src/rollout/index.ts";
+import type { DefenseFlag, RolloutOutcome } from "../../ts/src/sandbox/index.ts";
 import { currentRun } from "../../ts/src/sandbox/run-identity.ts";
 import { fixtureRollout, leftoverContainers, type FixtureTask } from "../../ts/src/sandbox/test-support.ts";
 

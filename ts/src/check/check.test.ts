@@ -14,6 +14,7 @@ describe("lego check", () => {
     expect(r.status, r.stdout + r.stderr).toBe(0);
     expect(r.stdout).toMatch(/ok {3}docker/);
     expect(r.stdout).toMatch(/ok {3}runtimes/);
+    expect(r.stdout).toContain("skip model: no --model-dir");
   });
 
   it("fails naming the fix when Docker is down (dead socket)", { timeout: 60_000 }, () => {

@@ -1,13 +1,19 @@
 /**
  * `lego check` preflight: each check says what is wrong and the fix. Built so far: Docker
- * daemon, harness runtimes, disk space, ports. Tokenizer/vocab, template/parser round trip,
- * routing replay support and trainer reachability are planned (docs/monitor.md).
+ * daemon, harness runtimes, disk space, ports, and with a model directory the tokenizer
+ * against the model's vocabulary and the chat template against the tool-call parser
+ * (model-checks.ts), and with an engine whether it returns MoE routing for routing replay
+ * (routing-check.ts), and whether the trainer's receiver answers a hello (trainer-check.ts).
  */
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, statfsSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import Docker from "dockerode";
+import type { ToolCallFormat } from "../proxy/index.ts";
+import { modelChecks } from "./model-checks.ts";
+import { checkRouting, type RoutingEngine } from "./routing-check.ts";
+import { checkTrainer } from "./trainer-check.ts";
 
 export interface PreflightConfig {
   dockerSocket: string;
@@ -15,12 +21,23 @@ export interface PreflightConfig {
   workDir: string;
   minFreeGiB: number;
   ports: number[];
+  /** Model directory (config.json + tokenizer files); null skips the tokenizer and template checks. */
+  modelDir: string | null;
+  toolCallFormat: ToolCallFormat;
+  /** Engine to probe for routing replay support; null skips that check. */
+  engine: RoutingEngine | null;
+  /** How long the engine probe may take (engine start-up included). */
+  engineTimeoutMs: number;
+  /** The trainer's data-plane receiver (`--receive` address); null skips that check. */
+  trainerAddress: string | null;
 }
 
 export interface CheckResult {
   name: string;
   ok: boolean;
   detail: string;
+  /** Not run (ok stays true): what it would need. */
+  skipped?: boolean;
   /** What to do when the check fails. */
   fix?: string;
 }
@@ -69,5 +86,11 @@ export function checkPort(port: number): Promise<CheckResult> {
 
 export async function preflight(c: PreflightConfig): Promise<CheckResult[]> {
   return [await checkDocker(c.dockerSocket), checkRuntimes(c.runtimesDir), checkDisk(c.workDir, c.minFreeGiB),
-    ...(await Promise.all(c.ports.map(checkPort)))];
+    ...(await Promise.all(c.ports.map(checkPort))),
+    ...(c.modelDir !== null ? modelChecks(c.modelDir, c.toolCallFormat)
+      : [{ name: "model", ok: true, skipped: true, detail: "no --model-dir: tokenizer and chat template checks not run" }]),
+    c.engine !== null ? await checkRouting(c.engine, c.modelDir, c.engineTimeoutMs)
+      : { name: "routing", ok: true, skipped: true, detail: "no --engine-address / --engine-url: routing replay support not probed" },
+    c.trainerAddress !== null ? await checkTrainer(c.trainerAddress, c.engineTimeoutMs)
+      : { name: "trainer", ok: true, skipped: true, detail: "no --trainer-address: trainer not probed" }];
 }

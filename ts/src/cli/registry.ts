@@ -3,12 +3,13 @@ import "../harness/index.ts";
 import { checkCommand } from "../check/index.ts";
 import { demoCommand } from "../demo/cli.ts";
 import { proxyCommand } from "../proxy/cli.ts";
+import { rolloutCommand } from "../rollout/cli.ts";
 import { sandboxCommand } from "../sandbox/cli.ts";
 import { mcpCommand } from "../mcp/index.ts";
 import { monitorCommand } from "../monitor/cli.ts";
 import { evalCommand, tasksCommand } from "../tasks/cli.ts";
 import { transportCommand } from "../transport/cli.ts";
-import { pendingCommand, type LegoCommand } from "./component.ts";
+import type { LegoCommand } from "./component.ts";
 
 /**
  * Every `lego` subcommand, in help order. A component replaces its pending
@@ -16,7 +17,7 @@ import { pendingCommand, type LegoCommand } from "./component.ts";
  */
 export function legoCommands(): LegoCommand[] {
   return [
-    pendingCommand("rollout", "run rollout workers against a trainer", "rollout worker"),
+    rolloutCommand,
     proxyCommand,
     sandboxCommand,
     tasksCommand,

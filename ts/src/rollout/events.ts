@@ -7,7 +7,7 @@ import type { EnvErrorKind, TrajectoryStatus } from "../schema/index.ts";
 
 export type RolloutEvent =
   | { kind: "rollout_started"; groupId: string; trajectoryId: string; taskId: string; attempt: number }
-  | { kind: "rollout_finished"; groupId: string; trajectoryId: string; status: TrajectoryStatus; reward: number | null; wallTimeS: number }
+  | { kind: "rollout_finished"; groupId: string; trajectoryId: string; taskId: string; harness: string; status: TrajectoryStatus; reward: number | null; wallTimeS: number; envError: string | null }
   | { kind: "rollout_retried"; groupId: string; trajectoryId: string; envError: EnvErrorKind; attempt: number }
   | { kind: "group_shipped"; groupId: string; taskId: string; trajectories: number; droppedEnvErrors: number }
   | { kind: "over_length"; trajectoryId: string; tokens: number; limit: number; action: "dropped" | "truncated" }

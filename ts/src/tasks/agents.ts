@@ -5,7 +5,7 @@
  * the empty agent need nothing. Harness adapters (ts/src/harness/) register a
  * factory here under their name, so `--harness H --engine E` finds them.
  */
-import type { RolloutRunnerConfig } from "../rollout/index.ts";
+import type { RolloutRunnerConfig, SessionRecords } from "../rollout/index.ts";
 import { oracleProgram, type AgentProgram, type RolloutOutcome, type TaskDefinition } from "../sandbox/index.ts";
 import { TaskSourceError } from "./errors.ts";
 import type { Task } from "./task.ts";
@@ -19,6 +19,8 @@ export interface AgentRollout {
   engineFault?: () => string | undefined;
   /** Overrides the task's [agent] timeout_sec (a harness's own wall-clock limit). */
   agentTimeoutSec?: number;
+  /** What the proxy session recorded (segments, counters), read once the rollout ended; absent = no model calls (oracle, empty). */
+  session?: () => SessionRecords;
   /** Called once the rollout ended: close the session, return what the harness reported (turns, tool calls). */
   finish?: (outcome: RolloutOutcome) => Promise<Record<string, unknown> | void>;
 }
@@ -29,6 +31,8 @@ export interface AgentLauncher {
   /** What the rollout runner needs for this agent, e.g. the harness runtimes to mount; `lego eval` merges it into its runner. */
   readonly runner?: Partial<RolloutRunnerConfig>;
   start(task: Task, def: TaskDefinition, rolloutId: string): Promise<AgentRollout>;
+  /** The policy version the launcher's engine samples new rollouts with; the rollout worker's staleness bound needs it. */
+  samplingVersion?(): number;
   close?(): Promise<void>;
 }
 

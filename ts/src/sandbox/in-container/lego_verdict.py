@@ -48,6 +48,8 @@ def _install():
     wfd, rfd = cfg["fds"]
     runner_pid = int(cfg["runner_pid"])
     workspace = cfg.get("workspace", "/workspace").rstrip("/") + "/"
+    # Where a test may inherit its method from (a mixin in another protected test file, the hidden tests).
+    test_roots = (workspace, "/tests/")
     try:
         token = os.read(rfd, 33).decode().strip()
         os.close(rfd)
@@ -297,7 +299,7 @@ def _install():
             if case is not None:
                 fns.append(_getattr(case, item.name, None))
             for fn in fns:
-                if not runs_its_file(fn, path, qual):
+                if not runs_its_file(fn, path, qual, test_roots):
                     return tamper(f"{nodeid:.200} does not run the code of {path:.200}")
         return False
 

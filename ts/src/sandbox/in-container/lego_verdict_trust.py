@@ -130,14 +130,30 @@ def make_trust():
             return _all(trusted_value(m) for m in methods) if methods else value.__module__ in ("builtins",)
         return False
 
-    def runs_its_file(fn, path, qualname):
+    def inherited(fn, name, test_roots):
+        for _ in range(16):
+            if _type(fn) is not FunctionType:
+                return False
+            code = fn.__code__
+            if (code.co_name == name and _any(_str(code.co_filename).startswith(r) for r in test_roots)
+                    and trusted_code(code)):
+                return fn.__builtins__ is builtins_dict
+            fn = _getattr(fn, "__wrapped__", None)
+        return False
+
+    def runs_its_file(fn, path, qualname, test_roots=()):
         """
         Whether the test function `fn` of the item defined as `qualname` in
         `path` runs that file's own code: the function itself, or, for a test
         the file decorates with something other than marks, a function its
         `__wrapped__` chain reaches (the decorator's wrapper is not checked).
         A test the file does not define by that name (made in a loop, by a
-        factory) only needs code of that file.
+        factory) needs code of that file; or, inherited from a mixin or base
+        class of another test file (cachetools' `CacheTestMixin` in
+        tests/__init__.py), the method of that name as a root-owned file under
+        one of `test_roots` (the workspace's re-written protected files, the
+        hidden tests) compiles it: the agent can neither write such a file nor
+        forge a code object equal to one compiled from it.
         """
         if _type(fn) is MethodType:
             fn = fn.__func__
@@ -145,7 +161,7 @@ def make_trust():
             return True  # not a plain function (a doctest, a plugin's item): nothing to compare
         codes, wrapped, defined = tree_of(path)
         if qualname not in defined:
-            return genuine(fn.__code__, path)
+            return genuine(fn.__code__, path) or inherited(fn, qualname.rpartition(".")[2], test_roots)
         for _ in range(16):
             if _type(fn) is FunctionType and fn.__code__.co_qualname == qualname and genuine(fn.__code__, path):
                 return fn.__builtins__ is builtins_dict

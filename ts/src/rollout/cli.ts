@@ -1,0 +1,97 @@
+/**
+ * `lego rollout` (`pnpm rollout`): the rollout worker against a trainer's
+ * data-plane receiver. Flags override the optional TOML `--config` file;
+ * progress and events are JSON lines on stdout when it is not a terminal,
+ * human lines on stderr when it is; the last stdout line is the summary.
+ */
+import { randomBytes } from "node:crypto";
+import type { Argv } from "yargs";
+import type { LegoCommand } from "../cli/component.ts";
+import { defaultTasksConfig, emptyAgent, harnessLauncher, openTaskSource, oracleAgent, type AgentLauncher } from "../tasks/index.ts";
+import { Sender } from "../transport/index.ts";
+import { WorkerConfigError, buildWorkerConfig, readWorkerConfigFile, type WorkerConfig } from "./config.ts";
+import { RolloutEvents } from "./events.ts";
+import { RolloutRunner } from "./runner.ts";
+import { SummaryCollector, formatSummary, jsonLines } from "./summary.ts";
+import { runWorkerLoop } from "./worker.ts";
+
+async function launcherFor(cfg: WorkerConfig): Promise<AgentLauncher> {
+  if (cfg.harness === "oracle") return oracleAgent;
+  if (cfg.harness === "empty") return emptyAgent;
+  return harnessLauncher({ harness: cfg.harness, engine: cfg.engine! });
+}
+
+/** Runs the worker with a built config; returns the summary (also printed). */
+export async function runRollout(cfg: WorkerConfig, io: { tty: boolean; out: (s: string) => void; err: (s: string) => void }) {
+  const { tasks: all } = await openTaskSource(cfg.tasks, defaultTasksConfig());
+  const tasks = cfg.limit ? all.slice(0, cfg.limit) : all;
+  const launcher = await launcherFor(cfg);
+  // Without the engine's version the bound cannot be checked; refusing beats pausing forever or ignoring it.
+  if (cfg.maxStaleness !== null && !launcher.samplingVersion) {
+    await launcher.close?.();
+    throw new WorkerConfigError(`--max-staleness needs the sampling policy version, and harness ${cfg.harness} reports none (no engine)`);
+  }
+  const events = new RolloutEvents();
+  const collector = new SummaryCollector(events);
+  if (io.tty) events.subscribe((e) => e.kind === "group_shipped" && io.err(`group ${e.groupId}: ${e.trajectories} shipped, ${e.droppedEnvErrors} dropped\n`));
+  else jsonLines(events, io.out);
+  // Ids are unique per run, so a restarted worker never collides with what it shipped before.
+  const runId = `${cfg.producerId}-${Date.now().toString(36)}${randomBytes(2).toString("hex")}`;
+  const sender = new Sender({ address: cfg.trainer, spoolDir: cfg.spoolDir, producerId: cfg.producerId });
+  const runner = await RolloutRunner.create({ ...launcher.runner, concurrency: cfg.concurrency, warmPoolSize: cfg.warmPool, maxAttempts: 1 });
+  let result;
+  try {
+    result = await runWorkerLoop(tasks, { runner, launcher, sink: sender, events }, {
+      groupSize: cfg.groupSize, concurrency: cfg.concurrency, maxAttempts: cfg.maxAttempts, runId, routing: null,
+      staleness: { maxStaleness: cfg.maxStaleness }, samplingVersion: launcher.samplingVersion?.bind(launcher), log: (l) => io.err(`${l}\n`),
+    });
+    await sender.drain(cfg.drainTimeoutMs);
+  } finally {
+    await runner.close();
+    await launcher.close?.();
+    await sender.close();
+  }
+  const summary = { ...collector.summary(), runId, sender: sender.stats(), listenerErrors: events.listenerErrors.length };
+  if (io.tty) io.err(`${formatSummary(summary)}\n`);
+  io.out(`${JSON.stringify({ event: "summary", ...summary, result })}\n`);
+  return summary;
+}
+
+export const rolloutCommand: LegoCommand = {
+  command: "rollout",
+  describe: "run groups of rollouts through the sandbox and ship them to a trainer over the data plane",
+  builder: (y: Argv) =>
+    y
+      .option("config", { type: "string", describe: "TOML file with the same fields (snake_case); flags override it" })
+      .option("tasks", { type: "string", describe: "task source (directory, .jsonl, task list, suite name)" })
+      .option("harness", { type: "string", describe: "oracle, empty, or a registered harness adapter" })
+      .option("engine", { type: "string", describe: "engine behind the harness's proxy session" })
+      .option("group-size", { type: "number", describe: "rollouts per task (default 4)" })
+      .option("concurrency", { type: "number", describe: "rollouts in flight (default 4)" })
+      .option("trainer", { type: "string", describe: "the trainer's receiver, tcp://HOST:PORT" })
+      .option("max-staleness", { type: "number", describe: "pause new groups while the trainer is more than K versions ahead" })
+      .option("max-attempts", { type: "number", describe: "attempts per rollout while env_error (default 3)" })
+      .option("warm-pool", { type: "number", describe: "warm containers per image and stage (default 0)" })
+      .option("spool-dir", { type: "string", describe: "the sender's durable spool" })
+      .option("producer-id", { type: "string", describe: "this worker's stable name" })
+      .option("limit", { type: "number", describe: "only the first N tasks" }),
+  handler: async (a) => {
+    try {
+      await runRollout(configFrom(a), { tty: process.stdout.isTTY === true, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) });
+    } catch (e) {
+      // A bad flag or config file is the operator's to fix: say which, without a stack trace.
+      if (!(e instanceof WorkerConfigError)) throw e;
+      process.stderr.write(`lego rollout: ${e.message}\n`);
+      process.exitCode = 1;
+    }
+  },
+};
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- yargs arguments, typed field by field below
+function configFrom(a: Record<string, any>): WorkerConfig {
+  const file = a.config ? readWorkerConfigFile(a.config as string) : {};
+  return buildWorkerConfig(file, {
+    tasks: a.tasks, harness: a.harness, engine: a.engine, groupSize: a["group-size"], concurrency: a.concurrency, trainer: a.trainer,
+    maxStaleness: a["max-staleness"], maxAttempts: a["max-attempts"], warmPool: a["warm-pool"], spoolDir: a["spool-dir"], producerId: a["producer-id"], limit: a.limit,
+  } as Partial<WorkerConfig>);
+}

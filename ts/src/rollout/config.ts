@@ -1,0 +1,105 @@
+/**
+ * The rollout worker's typed configuration, built in one place: defaults, then
+ * an optional TOML file (`--config FILE`, snake_case keys, unknown keys are
+ * errors), then command-line flags. Nothing else reads flags or files.
+ */
+import { readFileSync } from "node:fs";
+import { parse } from "smol-toml";
+
+export interface WorkerConfig {
+  /** Task source (directory, .jsonl, task list, suite name), as `lego eval --tasks`. */
+  tasks: string;
+  /** `oracle`, `empty`, or a registered harness adapter's name. */
+  harness: string;
+  /** Engine behind a harness's proxy session (required for adapters, unused by oracle/empty). */
+  engine: string | null;
+  /** Rollouts per task; a group ships when all of them are final. */
+  groupSize: number;
+  /** Rollouts in flight at once. */
+  concurrency: number;
+  /** The trainer's data-plane receiver, e.g. tcp://127.0.0.1:5555. */
+  trainer: string;
+  /** Pause new groups while the trainer is more than this many versions ahead; null = unbounded. */
+  maxStaleness: number | null;
+  /** Attempts per rollout while it ends in env_error; then the group ships without it. */
+  maxAttempts: number;
+  /** Warm containers per image and stage. */
+  warmPool: number;
+  /** The sender's durable spool (batches survive a trainer or worker restart). */
+  spoolDir: string;
+  /** Stable name of this worker; part of every batch id and trajectory id. */
+  producerId: string;
+  /** How long the worker waits at the end for the trainer to acknowledge everything. */
+  drainTimeoutMs: number;
+  /** Only the first N tasks (0 = all). */
+  limit: number;
+}
+
+export const DEFAULT_WORKER_CONFIG: Omit<WorkerConfig, "tasks" | "harness" | "trainer"> = {
+  engine: null,
+  groupSize: 4,
+  concurrency: 4,
+  maxStaleness: null,
+  maxAttempts: 3,
+  warmPool: 0,
+  spoolDir: ".lego-rl/rollout-spool",
+  producerId: "rollout",
+  drainTimeoutMs: 120_000,
+  limit: 0,
+};
+
+export class WorkerConfigError extends Error {
+  override name = "WorkerConfigError";
+}
+
+/** TOML key → field, with the value's kind. */
+const FIELDS: Record<string, { key: keyof WorkerConfig; kind: "string" | "int" | "int?" | "string?" }> = {
+  tasks: { key: "tasks", kind: "string" },
+  harness: { key: "harness", kind: "string" },
+  engine: { key: "engine", kind: "string?" },
+  group_size: { key: "groupSize", kind: "int" },
+  concurrency: { key: "concurrency", kind: "int" },
+  trainer: { key: "trainer", kind: "string" },
+  max_staleness: { key: "maxStaleness", kind: "int?" },
+  max_attempts: { key: "maxAttempts", kind: "int" },
+  warm_pool: { key: "warmPool", kind: "int" },
+  spool_dir: { key: "spoolDir", kind: "string" },
+  producer_id: { key: "producerId", kind: "string" },
+  drain_timeout_ms: { key: "drainTimeoutMs", kind: "int" },
+  limit: { key: "limit", kind: "int" },
+};
+
+/** Reads a TOML config file; every key must be a known field of the right type. */
+export function readWorkerConfigFile(file: string): Partial<WorkerConfig> {
+  let doc: Record<string, unknown>;
+  try {
+    doc = parse(readFileSync(file, "utf8")) as Record<string, unknown>;
+  } catch (e) {
+    throw new WorkerConfigError(`${file}: ${(e as Error).message}`);
+  }
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(doc)) {
+    const f = FIELDS[k];
+    if (!f) throw new WorkerConfigError(`${file}: unknown key ${JSON.stringify(k)} (known: ${Object.keys(FIELDS).join(", ")})`);
+    const ok = f.kind.startsWith("int") ? Number.isInteger(v) : typeof v === "string";
+    if (!ok) throw new WorkerConfigError(`${file}: ${k} must be ${f.kind.startsWith("int") ? "an integer" : "a string"}, got ${JSON.stringify(v)}`);
+    out[f.key] = v;
+  }
+  return out as Partial<WorkerConfig>;
+}
+
+/** Defaults ← file ← flags (undefined flags do not override), then checked. */
+export function buildWorkerConfig(file: Partial<WorkerConfig>, flags: Partial<WorkerConfig>): WorkerConfig {
+  const defined = Object.fromEntries(Object.entries(flags).filter(([, v]) => v !== undefined));
+  const cfg = { ...DEFAULT_WORKER_CONFIG, ...file, ...defined } as WorkerConfig;
+  for (const k of ["tasks", "harness", "trainer"] as const) if (!cfg[k]) throw new WorkerConfigError(`${k} is required (flag --${k} or key ${k} in the config file)`);
+  const positive = { groupSize: "group-size", concurrency: "concurrency", maxAttempts: "max-attempts" } as const;
+  for (const [k, flag] of Object.entries(positive)) {
+    const v = cfg[k as keyof typeof positive];
+    if (!Number.isInteger(v) || v < 1) throw new WorkerConfigError(`--${flag} must be a positive integer, got ${v}`);
+  }
+  if (cfg.maxStaleness !== null && (!Number.isInteger(cfg.maxStaleness) || cfg.maxStaleness < 0)) throw new WorkerConfigError(`--max-staleness must be a non-negative integer, got ${cfg.maxStaleness}`);
+  if (!/^(tcp|ipc):\/\//.test(cfg.trainer)) throw new WorkerConfigError(`--trainer must be a tcp:// or ipc:// address, got ${cfg.trainer}`);
+  if (!["oracle", "empty"].includes(cfg.harness) && !cfg.engine) throw new WorkerConfigError(`--harness ${cfg.harness} needs --engine`);
+  return cfg;
+}

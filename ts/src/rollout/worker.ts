@@ -1,0 +1,151 @@
+/**
+ * The worker loop: for each task a group of G rollouts (each attempt a fresh
+ * agent launch and proxy session, so a retry never inherits a broken one),
+ * each turned into a Trajectory by buildTrajectory, and the group shipped
+ * through the data plane once all G are final. A rollout that ends in
+ * env_error is retried up to `maxAttempts`; after that the group ships
+ * without it and its `group_shipped` event says how many were dropped.
+ * Everything a person or the monitor sees goes through RolloutEvents.
+ */
+import type { RoutingShape, Trajectory } from "../schema/index.ts";
+import { ConcurrencyLimit, ensureBaseImage, ensureTaskImage, isSandboxEnvError, type RolloutOutcome, type TaskDefinition } from "../sandbox/index.ts";
+import type { AgentLauncher, Task } from "../tasks/index.ts";
+import type { RolloutEvents } from "./events.ts";
+import type { RolloutRunner } from "./runner.ts";
+import { mayStartRollout, type StalenessBound } from "./staleness.ts";
+import { buildTrajectory, type SessionRecords } from "./trajectory.ts";
+
+/** The part of the data plane's Sender the worker uses (the real Sender in production and tests). */
+export interface TrajectorySink {
+  send(trajectories: readonly Trajectory[], routing: RoutingShape | null): Promise<unknown>;
+  readonly policyVersion: { version: number } | null;
+  waitForPolicyVersion(minVersion: number, timeoutMs?: number): Promise<{ version: number }>;
+}
+
+export interface WorkerLoopOptions {
+  groupSize: number;
+  /** Rollouts (launch + stages + finish) in flight at once. */
+  concurrency: number;
+  maxAttempts: number;
+  /** Unique per worker run; prefixes group and trajectory ids so a restart never reuses one. */
+  runId: string;
+  routing: RoutingShape | null;
+  staleness: StalenessBound;
+  /** The version of the weights new rollouts sample with (from the engine); 0 when none is known. */
+  samplingVersion?: () => number;
+  log?: (line: string) => void;
+}
+
+export interface WorkerResult {
+  groupsShipped: number;
+  trajectoriesShipped: number;
+  /** Rollouts that stayed env_error after every attempt (not shipped). */
+  droppedEnvErrors: number;
+}
+
+const NO_SESSION: SessionRecords = { segments: [], toolCalls: 0, rereadsAfterEdit: 0, rolledBackTurns: 0 };
+const safe = (s: string) => s.replace(/[^A-Za-z0-9_.-]+/g, "_");
+
+export async function runWorkerLoop(
+  tasks: readonly Task[],
+  deps: { runner: RolloutRunner; launcher: AgentLauncher; sink: TrajectorySink; events: RolloutEvents },
+  opts: WorkerLoopOptions,
+): Promise<WorkerResult> {
+  const { runner, launcher, sink, events } = deps;
+  const log = opts.log ?? (() => {});
+  const limit = new ConcurrencyLimit(opts.concurrency);
+  const result: WorkerResult = { groupsShipped: 0, trajectoriesShipped: 0, droppedEnvErrors: 0 };
+  const base = await ensureBaseImage(undefined, log);
+  const images = new Map<string, Promise<string>>();
+  const imageOf = (def: TaskDefinition) => {
+    const key = `${def.environment.image ?? def.name}\0${def.environment.dir}`;
+    if (!images.has(key)) images.set(key, ensureTaskImage(def, base.tag, { log }).then((i) => i.tag));
+    return images.get(key)!;
+  };
+
+  const rollout = async (task: Task, def: TaskDefinition, groupId: string, trajectoryId: string): Promise<Trajectory> => {
+    let trajectory: Trajectory | undefined;
+    for (let attempt = 1; attempt <= opts.maxAttempts; attempt++) {
+      events.emit({ kind: "rollout_started", groupId, trajectoryId, taskId: task.id, attempt });
+      const t0 = performance.now();
+      const outcome = await limit.run(() => attemptOnce(task, def, `${trajectoryId}.${attempt}`));
+      const attemptOutcome: RolloutOutcome = { ...outcome.outcome, attempts: attempt };
+      trajectory = buildTrajectory({
+        identity: { trajectoryId, groupId, taskId: task.id, harness: launcher.name },
+        session: outcome.session,
+        outcome: attemptOutcome,
+        wallTimeS: (performance.now() - t0) / 1000,
+        routing: opts.routing,
+      });
+      if (trajectory.status !== "env_error") break;
+      if (attempt < opts.maxAttempts) events.emit({ kind: "rollout_retried", groupId, trajectoryId, envError: attemptOutcome.envError!.kind, attempt });
+    }
+    events.emit({ kind: "rollout_finished", groupId, trajectoryId, taskId: task.id, harness: launcher.name, status: trajectory!.status, reward: trajectory!.reward, wallTimeS: trajectory!.metrics.wall_time_s, envError: trajectory!.error });
+    return trajectory!;
+  };
+
+  const attemptOnce = async (task: Task, def: TaskDefinition, rolloutId: string): Promise<{ outcome: RolloutOutcome; session: SessionRecords }> => {
+    let image: string;
+    try {
+      image = await imageOf(def);
+    } catch (e) {
+      // An unbuildable or quarantined image is the environment's failure; the group accounts for it.
+      if (!isSandboxEnvError(e)) throw e;
+      return { outcome: envErrorOutcome("image_build_failed", e.message), session: NO_SESSION };
+    }
+    const agent = await launcher.start(task, def, rolloutId);
+    let outcome: RolloutOutcome | undefined;
+    try {
+      outcome = await runner.run({
+        task: def, image, rolloutId, agent: agent.program, proxySocket: agent.proxySocket, engineFault: agent.engineFault,
+        ...(agent.agentTimeoutSec !== undefined ? { agentTimeoutSec: agent.agentTimeoutSec } : {}),
+      });
+      return { outcome, session: agent.session?.() ?? NO_SESSION };
+    } finally {
+      if (agent.finish && outcome) await agent.finish(outcome);
+    }
+  };
+
+  const group = async (task: Task, index: number): Promise<void> => {
+    await waitUntilFresh(sink, events, opts);
+    const groupId = `${opts.runId}-g${index}-${safe(task.id)}`;
+    const def = await task.definition();
+    const all = await Promise.all(Array.from({ length: opts.groupSize }, (_, i) => rollout(task, def, groupId, `${groupId}.r${i}`)));
+    const graded = all.filter((t) => t.status !== "env_error");
+    const dropped = all.length - graded.length;
+    if (graded.length) await sink.send(graded, opts.routing);
+    result.groupsShipped += graded.length ? 1 : 0;
+    result.trajectoriesShipped += graded.length;
+    result.droppedEnvErrors += dropped;
+    events.emit({ kind: "group_shipped", groupId, taskId: task.id, trajectories: graded.length, droppedEnvErrors: dropped });
+  };
+
+  // Groups start only as slots free up (one more than the rollout slots need, so the next group
+  // fills the tail of the last), so the staleness check runs when a group really starts and a
+  // large task source is not expanded all at once.
+  const groups = new ConcurrencyLimit(Math.ceil(opts.concurrency / opts.groupSize) + 1);
+  await Promise.all(tasks.map((t, i) => groups.run(() => group(t, i))));
+  return result;
+}
+
+/** Holds a new group back while the trainer is more than the bound ahead of the sampling weights. */
+async function waitUntilFresh(sink: TrajectorySink, events: RolloutEvents, opts: WorkerLoopOptions): Promise<void> {
+  const sampling = opts.samplingVersion?.() ?? 0;
+  const trainer = sink.policyVersion?.version ?? null;
+  if (mayStartRollout(opts.staleness, sampling, trainer)) return;
+  events.emit({ kind: "paused_for_staleness", policyVersion: sampling, trainerVersion: trainer!, maxStaleness: opts.staleness.maxStaleness! });
+  for (;;) {
+    const now = opts.samplingVersion?.() ?? 0;
+    const latest = sink.policyVersion?.version ?? null;
+    if (mayStartRollout(opts.staleness, now, latest)) {
+      events.emit({ kind: "resumed", policyVersion: now, trainerVersion: latest ?? 0 });
+      return;
+    }
+    // The sampling side moves with the engine's weight loads, which the sender does not see; poll it.
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+function envErrorOutcome(kind: "image_build_failed", message: string): RolloutOutcome {
+  return { status: "env_error", reward: null, defenseFlags: [], envError: { kind, message }, attempts: 1, timingsMs: {}, log: "" };
+}
