@@ -14,22 +14,45 @@
 #   LD_LIBRARY_PATH=/opt/lego-runtimes/python/lib /opt/lego-runtimes/python/bin/python3 -m …
 # (a pyenv build links libpython by its original path; console-script shebangs
 # name host paths, so use `-m`).
+# OUT/manifest.json records the pinned versions built there (other keys are kept);
+# `$0 OUT --check` exits 0 when it matches these pins, which is how scripts/setup
+# skips the build (minutes, ~1.5 GB) when the cache is current.
 set -euo pipefail
 
 CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.332}"
 OPENCODE_VERSION="${OPENCODE_VERSION:-1.18.33}"
 OPENHANDS_SDK_VERSION="${OPENHANDS_SDK_VERSION:-}"
 
-usage() { echo "usage: $0 OUT_DIR [--with-openhands PYTHON_PREFIX]" >&2; exit 2; }
+usage() { echo "usage: $0 OUT_DIR [--check | --with-openhands PYTHON_PREFIX]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 out="$(realpath -m "$1")"; shift
 py_prefix=""
+check=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --with-openhands) [ $# -ge 2 ] || usage; py_prefix="$2"; shift 2 ;;
+    --check) check=1; shift ;;
     *) usage ;;
   esac
 done
+
+# Reads or updates OUT/manifest.json (node is what set-up and the build already need).
+manifest() {
+  MANIFEST="$out/manifest.json" CLAUDE_CODE_VERSION="$CLAUDE_CODE_VERSION" OPENCODE_VERSION="$OPENCODE_VERSION" node -e '
+    const fs = require("fs");
+    const path = process.env.MANIFEST;
+    const want = { "claude-code": process.env.CLAUDE_CODE_VERSION, opencode: process.env.OPENCODE_VERSION };
+    let have = {};
+    try { have = JSON.parse(fs.readFileSync(path, "utf8")); } catch {}
+    if (process.argv[1] === "check") process.exit(Object.entries(want).every(([k, v]) => have[k] === v) ? 0 : 1);
+    fs.writeFileSync(path, JSON.stringify({ ...have, ...want, node: process.version }, null, 2) + "\n");
+  ' "$1"
+}
+
+if [ "$check" = 1 ]; then
+  manifest check && [ -x "$out/harness/node_modules/@anthropic-ai/claude-code-linux-x64/claude" ] && [ -x "$out/node/bin/node" ]
+  exit
+fi
 
 mkdir -p "$out/node/bin" "$out/harness"
 install -m 0755 "$(command -v node)" "$out/node/bin/node"
@@ -51,3 +74,5 @@ echo "runtimes in $out:"
 "$out/harness/node_modules/.bin/claude" --version
 "$out/harness/node_modules/.bin/opencode" --version
 if [ -n "$py_prefix" ]; then "$out/python/bin/python3" -c 'import openhands.sdk; print("openhands-sdk importable")'; fi
+# Last: a build that failed above leaves the manifest as it was, so set-up tries again.
+manifest write

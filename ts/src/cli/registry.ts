@@ -1,3 +1,5 @@
+// Registers the harness adapters with `lego eval --harness` (a side effect of importing it).
+import "../harness/index.ts";
 import { checkCommand } from "../check/index.ts";
 import { demoCommand } from "../demo/cli.ts";
 import { proxyCommand } from "../proxy/cli.ts";

@@ -71,6 +71,15 @@ describe("setup → agent → grading", () => {
     expect(o.log).toContain("5 passed");
   });
 
+  it("the git shim flags history probes by the subcommand, not by the values of global -c options", async () => {
+    // Claude Code hardens every git call with `-c core.alternateRefsCommand=… for-each-ref …`.
+    const hardened = `git -c 'core.alternateRefsCommand=f() { git --git-dir="$1" for-each-ref; }; f' -c gc.auto=0 --no-optional-locks`;
+    const plain = await runner.run({ ...fixAdd, rolloutId: "shim-plain", agent: { script: `${hardened} log --oneline -n 5 && ${hardened} status --short` } });
+    expect(plain).toMatchObject({ status: "ok", defenseFlags: [] });
+    const probe = await runner.run({ ...fixAdd, rolloutId: "shim-probe", agent: { script: `${hardened} -C /workspace reflog` } });
+    expect(probe).toMatchObject({ status: "ok", defenseFlags: ["git_history_probe"] });
+  });
+
   it("without needs_git_history the image holds one commit of the base tree", async () => {
     const probe = await Sandbox.start({ image: slugify.image, rolloutId: "history-probe", stage: "grading" });
     const r = await probe.sh("git log --all --format=%s; git status --porcelain; git cat-file --batch-all-objects --batch | grep -ac 're.sub'");

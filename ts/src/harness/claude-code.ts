@@ -1,0 +1,55 @@
+/**
+ * Claude Code (npm @anthropic-ai/claude-code, its native binary), unmodified,
+ * from the mounted harness runtime: `claude -p --bare` headless, its event
+ * stream (stream-json) on stdout, pointed at the proxy session's Anthropic
+ * Messages endpoint. --bare keeps out hooks, plugins, memory-file discovery and
+ * keychain reads; the tool set is cut to what a coding task needs.
+ */
+import { homedir } from "node:os";
+import { join } from "node:path";
+import type { AgentProgram, RuntimeMount, TaskDefinition } from "../sandbox/index.ts";
+import type { Harness, HarnessLimits, HarnessSession } from "./types.ts";
+
+export const CLAUDE_CODE_VERSION = "2.1.332";
+/** Where set-up caches the runtimes (scripts/sandbox/build-runtimes.sh). */
+export const RUNTIMES_DIR = join(homedir(), ".cache/lego-rl/runtimes");
+/** Write is named too, though 2.1.332 under -p --bare leaves it out (Edit creates files). */
+export const CLAUDE_CODE_TOOLS = ["Bash", "Read", "Write", "Edit"] as const;
+
+const DIR = "opt/lego-harness";
+const BIN = "/opt/lego-runtimes/harness/node_modules/@anthropic-ai/claude-code-linux-x64/claude";
+
+export function claudeCodeHarness(runtimesDir = RUNTIMES_DIR): Harness {
+  return {
+    name: "claude-code",
+    version: CLAUDE_CODE_VERSION,
+    runtimes: (): RuntimeMount[] => [{ name: "harness", hostPath: join(runtimesDir, "harness") }],
+    program(def: TaskDefinition, session: HarnessSession, limits: HarnessLimits): AgentProgram {
+      const file = (path: string, content: string) => ({ path: `${DIR}/${path}`, content: Buffer.from(content), mode: 0o444 });
+      const env: Record<string, string> = {
+        ANTHROPIC_BASE_URL: session.baseUrl,
+        IS_SANDBOX: "1", // lets --dangerously-skip-permissions run: the sandbox is ours
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1", // no telemetry, error reports, auto-update
+        DISABLE_AUTOUPDATER: "1",
+        ANTHROPIC_MODEL: session.model,
+        ANTHROPIC_SMALL_FAST_MODEL: session.model,
+      };
+      if (session.contextWindow !== null) env.CLAUDE_CODE_AUTO_COMPACT_WINDOW = String(session.contextWindow);
+      return {
+        script: [
+          // The key is read from a root-owned file, not the task's environment.
+          `ANTHROPIC_API_KEY="$(cat /${DIR}/secret)" exec ${BIN} -p --bare`,
+          "--output-format stream-json --verbose",
+          `--tools ${CLAUDE_CODE_TOOLS.join(",")}`,
+          `--max-turns ${limits.maxTurns}`,
+          `--model '${session.model}'`,
+          // The prompt last, after a flag without a value (--tools would take it as a tool name).
+          `--dangerously-skip-permissions "$(cat /${DIR}/instruction.md)"`,
+          "> /tmp/lego-claude-events.jsonl",
+        ].join(" "),
+        env,
+        files: [file("secret", session.secret), file("instruction.md", def.instruction)],
+      };
+    },
+  };
+}

@@ -1,0 +1,73 @@
+/**
+ * Scripted engines for harness tests, benchmarks and `lego eval --engine`:
+ * replies written in the model's own tool-call format (Qwen3 here), so the
+ * proxy parses them into each API's tool calls exactly as it does a real
+ * model's output.
+ *  - scripted-gold: replays the task's gold solution through the harness's
+ *    own tools (write the solution script with the write tool, run it with
+ *    the shell tool), then submits.
+ *  - answer-at-once: a final answer with no tool call; every healthy task must score 0.
+ */
+import { readdirSync, readFileSync } from "node:fs";
+import { join, relative } from "node:path";
+import { ScriptedEngine, type ScriptedReply } from "../engine/index.ts";
+import type { ProxyModel } from "../proxy/index.ts";
+import type { TaskDefinition } from "../sandbox/index.ts";
+
+/** The tool names one harness gives the model for each job. */
+export interface ToolNames {
+  /** `fixed`: arguments always passed as given (Claude Code creates a file with Edit and an empty old_string). */
+  write: { name: string; path: string; content: string; fixed?: Record<string, unknown> };
+  shell: { name: string; command: string };
+  /** Absent where the harness ends on a plain answer. */
+  submit?: string;
+}
+
+export const ENGINES = ["scripted-gold", "answer-at-once"] as const;
+export type EngineName = (typeof ENGINES)[number];
+
+export class HarnessEngineError extends Error {}
+
+export function toolCall(name: string, args: Record<string, unknown>): string {
+  return `<tool_call>\n${JSON.stringify({ name, arguments: args })}\n</tool_call>`;
+}
+
+/** Where the solution's files are written inside the container (the agent never sees the real /solution). */
+const GOLD_DIR = "/tmp/lego-gold";
+
+/**
+ * Every file of solution/ written with the harness's write tool under
+ * GOLD_DIR, then solve.sh run with the shell tool, its /solution/ paths
+ * pointed at GOLD_DIR (Harbor's solve.sh finds its files at /solution).
+ */
+export function goldScript(def: TaskDefinition, tools: ToolNames): ScriptedReply[] {
+  const dir = join(def.dir, "solution");
+  let names: string[];
+  try {
+    names = readdirSync(dir, { recursive: true, withFileTypes: true }).filter((e) => e.isFile()).map((e) => relative(dir, join(e.parentPath, e.name))).sort();
+  } catch (e) {
+    throw new HarnessEngineError(`task ${def.name} has no solution/: scripted-gold has nothing to replay`, { cause: e });
+  }
+  if (!names.includes("solve.sh")) throw new HarnessEngineError(`task ${def.name} has no solution/solve.sh: scripted-gold has nothing to replay`);
+  const replies: ScriptedReply[] = names.map((n) => ({
+    text: toolCall(tools.write.name, { ...tools.write.fixed, [tools.write.path]: `${GOLD_DIR}/${n}`, [tools.write.content]: readFileSync(join(dir, n), "utf8") }),
+  }));
+  replies.push({ text: toolCall(tools.shell.name, { [tools.shell.command]: `sed 's#/solution/#${GOLD_DIR}/#g' ${GOLD_DIR}/solve.sh | bash && rm -rf ${GOLD_DIR}` }) });
+  replies.push(tools.submit ? { text: toolCall(tools.submit, {}) } : { text: "Done: the fix is applied." });
+  return replies;
+}
+
+export const ANSWER_AT_ONCE: ScriptedReply[] = [{ text: "I cannot help with that; no changes made." }];
+
+/** A scripted engine for one rollout of `def`; after the script, it answers plainly so no harness loops forever. */
+export function scriptedHarnessEngine(name: string, model: ProxyModel, def: TaskDefinition, tools: ToolNames): ScriptedEngine {
+  let script: ScriptedReply[];
+  if (name === "scripted-gold") script = goldScript(def, tools);
+  else if (name === "answer-at-once") script = ANSWER_AT_ONCE;
+  else throw new HarnessEngineError(`unknown engine ${JSON.stringify(name)} (known: ${ENGINES.join(", ")})`);
+  return new ScriptedEngine({
+    script: (call) => script[call.index] ?? { text: "Done." },
+    encode: (t) => model.tokenizer.encode(t),
+    endOfTurnId: model.codec.endOfTurnId,
+  });
+}

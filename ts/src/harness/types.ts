@@ -1,0 +1,33 @@
+/**
+ * One interface for every harness adapter: given a task, the proxy session
+ * the agent must talk to and the limits, say what to run inside the agent
+ * container (as the unprivileged user) and which runtimes to mount.
+ */
+import type { AgentProgram, RuntimeMount, TaskDefinition } from "../sandbox/index.ts";
+
+export interface HarnessLimits {
+  /** Model calls the harness may make (its own turn limit). */
+  maxTurns: number;
+  /** Wall-clock limit of the agent stage, seconds. */
+  timeoutSec: number;
+}
+
+/** What the harness is told about its proxy session, as seen from inside the container. */
+export interface HarnessSession {
+  /** Session base URL inside the container (Anthropic clients use it as is; OpenAI clients append /v1). */
+  baseUrl: string;
+  secret: string;
+  /** The model name the proxy serves. */
+  model: string;
+  /** The engine's context window, tokens, when known. */
+  contextWindow: number | null;
+}
+
+export interface Harness {
+  readonly name: string;
+  /** Pinned version, shown in reports and docs/harnesses.md. */
+  readonly version: string;
+  /** Runtimes to bind-mount read-only at /opt/lego-runtimes/NAME (none for the reference agent). */
+  runtimes(): RuntimeMount[];
+  program(def: TaskDefinition, session: HarnessSession, limits: HarnessLimits): AgentProgram;
+}
