@@ -5,7 +5,9 @@ import { once } from "node:events";
 import { fileURLToPath } from "node:url";
 import { ensureBaseImage } from "./base-image.ts";
 import { Sandbox } from "./container.ts";
+import { dockerClient } from "./docker.ts";
 import { containersOfRun, reapDeadRuns } from "./reaper.ts";
+import { LABEL, OWNER } from "./types.ts";
 
 const HOLDER = fileURLToPath(new URL("./fixtures/hold-containers.ts", import.meta.url));
 const TS_ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -38,5 +40,23 @@ describe("reaper", () => {
     expect(report.removed.length).toBeGreaterThanOrEqual(3);
     expect((await mine.state()).running).toBe(true);
     await mine.remove();
+  });
+
+  it("leaves a `docker build` step alone: it carries the base image's owner label but no owning process", async () => {
+    const { tag } = await ensureBaseImage();
+    // What the daemon's builder creates for a RUN step of a Dockerfile FROM the base image.
+    const step = await dockerClient().createContainer({
+      Image: tag,
+      Cmd: ["sleep", "30"],
+      Labels: { [LABEL.owner]: OWNER, [LABEL.imageKind]: "base" },
+      HostConfig: { NetworkMode: "none" },
+    });
+    try {
+      const report = await reapDeadRuns();
+      expect(report.removed).not.toContain(step.id);
+      expect((await step.inspect()).Id).toBe(step.id);
+    } finally {
+      await step.remove({ force: true });
+    }
   });
 });

@@ -29,7 +29,10 @@ export async function reapDeadRuns(opts: ReapOptions = {}): Promise<ReapReport> 
     const labels = c.Labels ?? {};
     if (opts.runIds?.includes(labels[LABEL.run] ?? "")) return true;
     const [pid, start] = (labels[LABEL.pid] ?? "").split(":");
-    if (!pid || !start) return true; // unlabelled owner: nobody will ever remove it
+    // No owning process: not a sandbox but a `docker build` step, whose
+    // container inherits the base image's owner label. Its build is alive and
+    // the daemon removes it (forcerm); reaping it would fail that build.
+    if (!pid || !start) return false;
     return !ownerAlive(Number(pid), start, labels[LABEL.host] ?? "");
   });
   await Promise.all(

@@ -134,7 +134,13 @@ async function commitTaskImage(sb: Sandbox, task: TaskDefinition, tag: string): 
     await sb.container.commit({
       repo,
       tag: version,
-      changes: [`LABEL ${LABEL.owner}=${OWNER} ${LABEL.imageKind}=task ${LABEL.task}=${task.name}`, `WORKDIR ${WORKSPACE}`],
+      // The build sandbox's run labels must not live on in the image: every
+      // container of it would otherwise claim the dead build process as owner.
+      changes: [
+        `LABEL ${LABEL.owner}=${OWNER} ${LABEL.imageKind}=task ${LABEL.task}=${task.name}`,
+        `LABEL ${[LABEL.run, LABEL.rollout, LABEL.stage, LABEL.pid, LABEL.host].map((l) => `${l}=""`).join(" ")}`,
+        `WORKDIR ${WORKSPACE}`,
+      ],
       pause: true,
     } as never);
   } catch (e) {
