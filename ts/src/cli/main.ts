@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import yargs from "yargs";
 import { hideBin } from "yargs/helpers";
+import { configureSandboxHost, sandboxHostFromEnv } from "../sandbox/index.ts";
 import { ComponentNotBuiltError, EXIT_NOT_BUILT } from "./component.ts";
 import { legoCommands } from "./registry.ts";
 
@@ -23,6 +24,8 @@ export function buildCli(argv: string[]) {
 }
 
 async function main(): Promise<void> {
+  // The one place the CLI reads the environment: settings, not behaviour switches.
+  configureSandboxHost(sandboxHostFromEnv(process.env));
   try {
     await buildCli(hideBin(process.argv)).parseAsync();
   } catch (error) {
