@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -29,6 +30,7 @@ from . import byte_tokenizer
 from .checkpoint import save_model
 from .config import Config
 from .transformer import MoeForCausalLM, init_weights
+from ..entry import run_entry
 
 TokenizerKind = Literal["qwen3", "bytes"]
 
@@ -134,4 +136,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_entry(main, "python -m lego_rl.model.tiny"))
