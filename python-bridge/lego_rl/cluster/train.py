@@ -26,6 +26,7 @@ from .runtime import connect
 from .toy_source import ToyRolloutSource
 from .trainer_group import RayPolicy, TrainerGroup
 from .weight_sync import (DiskPublishConfig, DiskWeightPublisher, EngineServerSyncConfig, EngineServerWeightSync,
+from ..entry import run_entry
                           SglangSyncConfig, SglangWeightSync, VllmSyncConfig, VllmWeightSync, WeightPublisher)
 
 
@@ -119,4 +120,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_entry(main, "python -m lego_rl.cluster.train"))

@@ -22,6 +22,7 @@ import torch
 
 from .engine import EngineConfig
 from .server import EngineServerConfig
+from ..entry import run_entry
 
 _DEFAULTS = EngineConfig()
 _SERVER_DEFAULTS = EngineServerConfig(model_dir="")
@@ -83,4 +84,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_entry(main, "python -m lego_rl.engine"))

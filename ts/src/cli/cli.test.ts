@@ -25,6 +25,20 @@ describe("the lego CLI", () => {
     expect(result.stderr).toContain("Nothing was run.");
   });
 
+  it("reports a user error in one line without a stack trace, and the trace only with --verbose", { timeout: 60_000 }, () => {
+    const missing = join(tmpdir(), `lego-missing-${process.pid}`);
+    const plain = lego("sandbox", "check", missing);
+    expect(plain.status).toBe(1);
+    expect(plain.stdout).toBe("");
+    expect(plain.stderr.trim().split("\n")).toEqual([
+      `lego: task ${missing}: task.toml: missing — check the task folder's path and files (docs/tasks.md), or add --verbose for the stack trace`,
+    ]);
+    const verbose = lego("sandbox", "check", missing, "--verbose");
+    expect(verbose.status).toBe(1);
+    expect(verbose.stderr).toContain(`TaskFormatError: task ${missing}: task.toml: missing`);
+    expect(verbose.stderr).toMatch(/\n\s+at .*task\.ts:\d+/);
+  });
+
   it("refuses an unknown subcommand with a usage error", () => {
     const result = lego("trian");
     expect(result.status).toBe(1);

@@ -37,11 +37,11 @@ let v8Tuned = false;
  * Tracking up to 16 maps keeps that cache polymorphic. The flag only sizes
  * inline caches (no semantics change), but it is process-wide and Node calls
  * changing V8 flags after start-up unsupported, so it is set once, before the
- * first render, and LEGO_PROXY_V8_TUNING=0 leaves V8's default. Starting node
- * with --max-valid-polymorphic-map-count=16 has the same effect.
+ * first render; a template built with `tuneV8: false` leaves V8's default.
+ * Starting node with --max-valid-polymorphic-map-count=16 has the same effect.
  */
 export function tuneV8ForTemplates(): void {
-  if (v8Tuned || process.env["LEGO_PROXY_V8_TUNING"] === "0") return;
+  if (v8Tuned) return;
   v8Tuned = true;
   if (!process.execArgv.some((a) => a.startsWith("--max-valid-polymorphic-map-count"))) setFlagsFromString("--max-valid-polymorphic-map-count=16");
 }
@@ -70,8 +70,10 @@ export class ChatTemplate {
   constructor(
     source: string,
     private readonly specialTokens: { eos_token: string | null; bos_token: string | null },
+    /** Widen V8's inline caches for the interpreter before the first render (see tuneV8ForTemplates). */
+    options: { tuneV8?: boolean } = {},
   ) {
-    tuneV8ForTemplates();
+    if (options.tuneV8 ?? true) tuneV8ForTemplates();
     try {
       this.template = new Template(source);
     } catch (cause) {

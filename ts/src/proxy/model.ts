@@ -12,6 +12,8 @@ export interface ProxyModelOptions {
   toolCallFormat?: ToolCallFormat;
   /** Extra stop tokens besides eos (Qwen3 also stops on <|endoftext|>). */
   extraStopTokens?: string[];
+  /** Widen V8's inline caches for the chat template's interpreter (default true; see chat-template.ts). */
+  tuneV8?: boolean;
 }
 
 export interface ProxyModel {
@@ -28,7 +30,7 @@ export function loadProxyModel(modelDir: string, options: ProxyModelOptions = {}
   const tokenizer = TextTokenizer.fromModelDir(modelDir);
   const eos = tokenizer.config.eos_token;
   if (eos === null) throw new ModelFilesError(modelDir, "tokenizer_config.json names no eos_token (the end-of-turn token)");
-  const template = new ChatTemplate(tokenizer.config.chat_template, tokenizer.config);
+  const template = new ChatTemplate(tokenizer.config.chat_template, tokenizer.config, { tuneV8: options.tuneV8 ?? true });
   const endOfTurnId = tokenizer.requireTokenId(eos);
   const extra = (options.extraStopTokens ?? ["<|endoftext|>"]).map((t) => tokenizer.tokenId(t)).filter((id): id is number => id !== undefined);
   return {

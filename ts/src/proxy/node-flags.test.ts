@@ -14,7 +14,7 @@ describe("the V8 flags of processes that host the proxy", () => {
 
   it("go on node's command line, except a flag the caller's NODE_OPTIONS set", () => {
     const command = (env: Record<string, string>) =>
-      execFileSync(LEGO, ["rollout", "--help"], { env: { PATH: process.env["PATH"] ?? "", LEGO_PRINT_COMMAND: "1", ...env } }).toString().trim();
+      execFileSync(LEGO, ["--print-command", "rollout", "--help"], { env: { PATH: process.env["PATH"] ?? "", ...env } }).toString().trim();
     const own = command({});
     expect(own.startsWith(`node ${PROXY_NODE_FLAGS.join(" ")} --import `)).toBe(true);
     expect(own.endsWith("src/cli/main.ts rollout --help")).toBe(true);

@@ -14,6 +14,7 @@ import { dockerClient, followProgress } from "./docker.ts";
 import { SandboxEnvError, daemonError } from "./errors.ts";
 import { shortHash } from "./hash.ts";
 import { touchImage } from "./image-state.ts";
+import { sandboxHost } from "./host-settings.ts";
 import { buildLockPath, withHostLock } from "./host-lock.ts";
 import { AGENT_UID, AGENT_USER, LABEL, OWNER, WORKSPACE } from "./types.ts";
 
@@ -92,7 +93,7 @@ async function buildBaseImage(spec: BaseImageSpec, tag: string, log: BuildLog): 
     throw new SandboxEnvError("image_build_failed", `no apt source serves ${spec.suite} main`, { image: tag },
       "add a Debian mirror for this suite to /etc/apt/sources.list(.d)");
   }
-  const root = mkdtempSync(join(process.env.LEGO_BUILD_TMP ?? "/var/tmp", "lego-base-"));
+  const root = mkdtempSync(join(sandboxHost().buildTmp, "lego-base-"));
   try {
     log(`debootstrap ${spec.suite} from ${mirror} into ${root}`);
     try {

@@ -8,6 +8,7 @@ import { checkTask } from "./check.ts";
 import { sandboxCommand } from "./cli.ts";
 import { Sandbox } from "./container.ts";
 import { collectImages } from "./image-gc.ts";
+import { configureSandboxHost, type SandboxHostSettings } from "./host-settings.ts";
 import { quarantined } from "./image-state.ts";
 import { RolloutRunner } from "../rollout/index.ts";
 import { loadTask } from "./task.ts";
@@ -21,18 +22,17 @@ beforeAll(fixtureImages, IMAGE_BUILD_TIMEOUT_MS);
 describe("image health check, quarantine and GC", () => {
   let runner: RolloutRunner;
   let scratch: string;
-  const savedState = process.env.LEGO_SANDBOX_STATE;
+  let savedHost: SandboxHostSettings;
 
   beforeAll(async () => {
     scratch = mkdtempSync(join(tmpdir(), "lego-check-"));
     // Quarantine records of this file stay in its own state folder.
-    process.env.LEGO_SANDBOX_STATE = join(scratch, "state");
+    savedHost = configureSandboxHost({ stateDir: join(scratch, "state") });
     runner = await RolloutRunner.create({ concurrency: 2, maxAttempts: 1 });
   });
   afterAll(async () => {
     await runner.close();
-    if (savedState === undefined) delete process.env.LEGO_SANDBOX_STATE;
-    else process.env.LEGO_SANDBOX_STATE = savedState;
+    configureSandboxHost(savedHost);
     rmSync(scratch, { recursive: true, force: true });
     expect(await leftoverContainers()).toEqual([]);
   });

@@ -6,7 +6,7 @@ import { join } from "node:path";
 
 /**
  * The lock file for building `tag`. Machine-wide on purpose (not under
- * $LEGO_SANDBOX_STATE, which a test may point elsewhere): one build per tag.
+ * the sandbox state folder, which a test may point elsewhere): one build per tag.
  */
 export function buildLockPath(tag: string): string {
   const dir = join(tmpdir(), "lego-rl-locks");

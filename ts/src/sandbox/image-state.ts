@@ -1,6 +1,6 @@
 /**
  * Host-side bookkeeping for images, in one JSON file per kind under
- * $LEGO_SANDBOX_STATE (default ~/.cache/lego-rl/sandbox):
+ * the sandbox state folder (host-settings.ts; default ~/.cache/lego-rl/sandbox):
  *   usage.json       tag → last time a rollout asked for the image (for LRU GC;
  *                    Docker itself records no last-use time for images)
  *   quarantine.json  tag → why `lego sandbox check` failed it
@@ -9,11 +9,11 @@
  * image look slightly older to GC.
  */
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
-import { homedir } from "node:os";
 import { join } from "node:path";
+import { sandboxHost } from "./host-settings.ts";
 
 export function stateDir(): string {
-  const dir = process.env.LEGO_SANDBOX_STATE ?? join(homedir(), ".cache/lego-rl/sandbox");
+  const dir = sandboxHost().stateDir;
   mkdirSync(dir, { recursive: true });
   return dir;
 }

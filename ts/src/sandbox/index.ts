@@ -1,6 +1,7 @@
 /** Public surface of the sandbox component. */
 export type { DefenseFlag, EnvErrorKind, OutcomeStatus, RolloutOutcome, SandboxLimits, SandboxStage } from "./types.ts";
 export { DEFAULT_LIMITS, DEFENSE_FLAG_VALUES, ENV_ERROR_KIND_VALUES, LABEL } from "./types.ts";
+export { DEFAULT_SANDBOX_HOST, configureSandboxHost, sandboxHost, sandboxHostFromEnv, type SandboxHostSettings } from "./host-settings.ts";
 export { SandboxEnvError, TaskFormatError, isSandboxEnvError } from "./errors.ts";
 export { DEFAULT_BASE, baseImageTag, ensureBaseImage, type BaseImageSpec } from "./base-image.ts";
 export { ensureTaskImage, taskImageTag, type TaskImage } from "./task-image.ts";

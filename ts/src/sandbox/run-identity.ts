@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { randomUUID } from "node:crypto";
+import { sandboxHost } from "./host-settings.ts";
 
 /**
  * Who owns a container: the run id plus the creating process's pid and its
@@ -29,10 +30,10 @@ export function processStartTime(pid: number): string | undefined {
 
 let current: RunIdentity | undefined;
 
-/** This process's run identity (one run id per process unless LEGO_RUN_ID is set). */
+/** This process's run identity, fixed at first use (one run id per process unless the entry point set `runId`). */
 export function currentRun(): RunIdentity {
   current ??= {
-    runId: process.env.LEGO_RUN_ID ?? `run-${randomUUID().slice(0, 8)}`,
+    runId: sandboxHost().runId ?? `run-${randomUUID().slice(0, 8)}`,
     pid: process.pid,
     pidStart: processStartTime(process.pid) ?? "0",
     host: hostname(),

@@ -2,8 +2,8 @@
  * Shared, writable memory mappings of files (ts/native/mapped-file.c), so a
  * framed batch is written once, straight into its spool file's pages, and
  * ZeroMQ sends from those pages. Without the native module (no C compiler at
- * set-up, or LEGO_TRANSPORT_NO_MMAP=1) `mapFile` returns null and the spool
- * writes with write(), one more copy per batch.
+ * set-up) `mapFile` returns null and the spool writes with write(), one more
+ * copy per batch; a Sender with `fileMapping: false` does so by choice.
  */
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
@@ -16,7 +16,6 @@ interface NativeMapping {
 }
 
 function load(): { native: NativeMapping | null; reason: string | null } {
-  if (process.env["LEGO_TRANSPORT_NO_MMAP"] === "1") return { native: null, reason: "LEGO_TRANSPORT_NO_MMAP=1" };
   try {
     return { native: createRequire(import.meta.url)(MODULE_PATH) as NativeMapping, reason: null };
   } catch (error) {

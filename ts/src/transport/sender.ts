@@ -42,6 +42,8 @@ export interface SenderConfig {
   readonly memoryHighWaterBytes?: number;
   /** Target size of one batch (see batcher.ts). Default 16 MiB. */
   readonly maxBatchBytes?: number;
+  /** Write batches into mapped spool pages when the native module is loaded (default true; false: write(), one more copy). */
+  readonly fileMapping?: boolean;
   /** Run the schema checks before spooling (default false: the receiver validates and quarantines). */
   readonly validate?: boolean;
   /** Called for every state change; the CLI and the tests print these as JSON lines. */
@@ -110,7 +112,7 @@ export class Sender {
     this.maxUnacked = config.maxUnackedBatches ?? 32;
     this.highWater = config.memoryHighWaterBytes ?? 128 * 1024 * 1024;
     this.maxBatchBytes = config.maxBatchBytes ?? DEFAULT_MAX_BATCH_BYTES;
-    this.spool = new Spool(config.spoolDir);
+    this.spool = new Spool(config.spoolDir, undefined, config.fileMapping ?? true);
     // Payload buffers live until their ack; the pool holds what the high-water mark allows.
     this.pool = new PayloadPool(Math.max(2, Math.floor(this.highWater / this.maxBatchBytes)));
     // Batch ids must never repeat across restarts, even once the spool is empty.

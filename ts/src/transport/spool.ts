@@ -77,6 +77,8 @@ export class Spool {
     readonly dir: string,
     /** Acked files kept for reuse; 0 deletes them at once. */
     private readonly keepFree = 8,
+    /** Write batches in place through a file mapping when the native module is loaded (false: always write()). */
+    private readonly fileMapping = true,
   ) {
     this.quarantineDir = join(dir, "quarantine");
     this.freeDir = join(dir, "free");
@@ -99,10 +101,10 @@ export class Spool {
    * payload (header.payload_bytes bytes) straight into the spool file's mapped
    * pages, which are fsynced and renamed like any spool file. Returns the entry
    * and a view of the payload, valid until the batch leaves the spool; null
-   * when file mapping is unavailable (then use `append`).
+   * when file mapping is unavailable or switched off (then use `append`).
    */
   appendInPlace(header: BatchHeader, writeTo: (target: Uint8Array) => void): { entry: SpoolEntry; payload: Uint8Array } | null {
-    if (fileMappingUnavailable !== null) return null;
+    if (!this.fileMapping || fileMappingUnavailable !== null) return null;
     const path = join(this.dir, spoolFileName(header));
     const prefix = spoolPrefix(encodeControl(header));
     const size = prefix.length + header.payload_bytes;
