@@ -2,10 +2,14 @@
  * Data-plane benchmark (not a test): TS Sender -> Python Receiver over loopback TCP,
  * compared with the same trajectories as JSON over HTTP and with raw TCP bytes.
  *
- *   cd ts && pnpm exec tsx src/transport/bench.ts [--quick] [--spool-root DIR]
+ *   cd ts && pnpm exec tsx src/transport/bench.ts [--quick] [--spool-root DIR] [--shm-root DIR|""]
  *
- * Spools default to /dev/shm, so the figure is the transport's, not the disk's
- * fsync rate; pass --spool-root /tmp to include a real disk. The last line is JSON:
+ * The headline spools (sender and receiver) live under --spool-root, by default
+ * the OS temporary folder (a real disk here: ext4), so its fsyncs are paid as a
+ * deployment pays them. The consumer hand-over's big run is repeated with the
+ * spools under --shm-root (default /dev/shm, where fsync is free; "" skips it) and
+ * reported as the labelled second line `shm_*`. Every row has its own source
+ * arrays (its own seed), so no row reads another's cache-hot memory. The last line is JSON:
  * {"bench":"transport","handover":"consumer","gbps":…,"tokens_per_s":…,"p99_ms":…,"vs_json":…,"vs_raw_tcp":…,"zero_copy":…}
  *
  * Both hand-over modes of the receiver are measured (docs/transport.md). The
@@ -18,17 +22,19 @@
 import { request, Agent } from "node:http";
 import { connect } from "node:net";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import type { RoutingShape, Trajectory } from "../schema/index.ts";
 import { JsonLineProcess, PYTHON, readPort, type JsonEvent } from "./bench-peers.ts";
 import { trajectoryTokens } from "./batcher.ts";
 import { Sender } from "./sender.ts";
-import { replicate, syntheticTrajectory } from "./workload.ts";
+import { syntheticTrajectory } from "./workload.ts";
 
-const { values: args } = parseArgs({ options: { quick: { type: "boolean", default: false }, "spool-root": { type: "string", default: "/dev/shm" } } });
+const { values: args } = parseArgs({ options: { quick: { type: "boolean", default: false }, "spool-root": { type: "string", default: tmpdir() }, "shm-root": { type: "string", default: "/dev/shm" } } });
 const ROUTING: RoutingShape = { layers: 48, top_k: 8, num_experts: 128 }; // Qwen3-30B-A3B-like: 48 layers, top-8 of 128
 const root = mkdtempSync(join(args["spool-root"]!, "lego-bench-"));
+const shmRoot = args["shm-root"] ? mkdtempSync(join(args["shm-root"], "lego-bench-")) : null;
 const log = (line: string) => process.stderr.write(`${line}\n`);
 
 let senderPeakRss = process.memoryUsage().rss;
@@ -82,16 +88,17 @@ class TransportSession {
     private readonly sender: Sender,
   ) {}
 
-  static async start(handover: Handover): Promise<TransportSession> {
+  /** `dir`: where both spools live (the headline's real disk, or /dev/shm for the second line). */
+  static async start(handover: Handover, dir = root): Promise<TransportSession> {
     const receiver = new JsonLineProcess(`receiver-${handover}`, PYTHON, [
-      "-m", "lego_rl.transport", "receive", "--bind", "tcp://127.0.0.1:*", "--spool", fresh(`${handover}-rx`), "--report", "--quiet", "--credits", "8",
+      "-m", "lego_rl.transport", "receive", "--bind", "tcp://127.0.0.1:*", "--spool", fresh(`${handover}-rx`, dir), "--report", "--quiet", "--credits", "8",
       ...(handover === "consumer" ? ["--handover", "consumer"] : ["--release-consumed"]),
       // The receiver sets glibc's heap thresholds itself (lego_rl/transport/heap.py); this shows the cost without.
       ...(process.env.LEGO_BENCH_PLAIN_MALLOC ? ["--no-tune-malloc"] : []),
     ]);
     const listening = await receiver.waitFor((e) => e.type === "listening");
     // As many unacked batches as the receiver grants credits: more would only queue (and add latency).
-    const sender = new Sender({ address: listening.address as string, spoolDir: join(root, "sender-spool"), producerId: `bench-${handover}`, maxUnackedBatches: 8 });
+    const sender = new Sender({ address: listening.address as string, spoolDir: fresh("sender-spool", dir), producerId: `bench-${handover}`, maxUnackedBatches: 8 });
     return new TransportSession(receiver, sender);
   }
 
@@ -217,14 +224,14 @@ async function runRawTcp(totalBytes: number, chunkBytes: number): Promise<{ gbps
 function mixedSet(count: number): Trajectory[] {
   // Agent-sized: mostly short tool-use rollouts, a few long ones.
   const sizes = [1_500, 3_000, 3_000, 6_000, 6_000, 12_000, 24_000];
-  const templates = sizes.map((n, i) => syntheticTrajectory(`mixed-${n}`, n, ROUTING, 8, i + 1));
-  return Array.from({ length: count }, (_, i) => replicate(templates[i % templates.length]!, 1, `mixed-${i}`)[0]!);
+  return Array.from({ length: count }, (_, i) => syntheticTrajectory(`mixed-${i}`, sizes[i % sizes.length]!, ROUTING, 8, i + 1));
 }
 
 async function main(): Promise<void> {
   const quick = args.quick!;
   log(`building workloads (routing ${ROUTING.layers} layers x top-${ROUTING.top_k} of ${ROUTING.num_experts}, uint8) ...`);
-  const big = replicate(syntheticTrajectory("big", 32_768, ROUTING, 16), quick ? 12 : 120, "big");
+  // Own arrays per row (until 2026-12-03 every row shared one template's arrays, read cache-hot).
+  const big = Array.from({ length: quick ? 12 : 120 }, (_, i) => syntheticTrajectory(`big-${i}`, 32_768, ROUTING, 16, i + 1));
   const mixed = mixedSet(quick ? 42 : 420);
 
   // The VM is shared and noisy: each throughput figure is the median of REPEATS runs.
@@ -251,8 +258,16 @@ async function main(): Promise<void> {
   await spool.run("warmup", big.slice(0, quick ? 3 : 16), 1);
   const spoolResult = median(await repeat(() => spool.run("big-spool", big, 1)), (r) => r.gbps);
   await spool.close();
+  // The labelled second line: the consumer hand-over's big run again, spools on tmpfs.
+  let shmResult: TransportResult | null = null;
+  if (shmRoot) {
+    const shm = await TransportSession.start("consumer", shmRoot);
+    await shm.run("warmup", big.slice(0, quick ? 3 : 16), 1);
+    shmResult = median(await repeat(() => shm.run("big-shm", big, 1)), (r) => r.gbps);
+    await shm.close();
+  }
   log(`serial (one batch at a time, 12.9 MB each): p50 ${serial.p50_ms.toFixed(1)} ms, p99 ${serial.p99_ms.toFixed(1)} ms`);
-  for (const r of [bigResult, mixedResult, spoolResult]) {
+  for (const r of [bigResult, mixedResult, spoolResult, ...(shmResult ? [shmResult] : [])]) {
     log(`${r.name.padEnd(9)} ${r.trajectories} traj ${(r.bytes / 1e6).toFixed(0)} MB in ${r.seconds.toFixed(2)} s: ` +
       `${r.gbps.toFixed(3)} GB/s, ${(r.tokens_per_s / 1e6).toFixed(2)} M tokens/s, p50 ${r.p50_ms.toFixed(1)} ms, p99 ${r.p99_ms.toFixed(1)} ms, ` +
       `zero-copy ${r.zero_copy}, peak RSS sender ${r.sender_peak_rss_mb.toFixed(0)} MB / receiver ${r.receiver_peak_rss_mb.toFixed(0)} MB, ` +
@@ -269,9 +284,11 @@ async function main(): Promise<void> {
 
   clearInterval(rssTimer);
   rmSync(root, { recursive: true, force: true });
+  if (shmRoot) rmSync(shmRoot, { recursive: true, force: true });
   const summary = {
     bench: "transport",
     handover: "consumer",
+    spool_root: args["spool-root"],
     gbps: round(bigResult.gbps),
     tokens_per_s: Math.round(bigResult.tokens_per_s),
     p50_ms: round(bigResult.p50_ms),
@@ -290,6 +307,10 @@ async function main(): Promise<void> {
     spool_handover_receiver_cpu_s_per_gb: round(spoolResult.receiver_cpu_s / (spoolResult.bytes / 1e9)),
     spool_handover_sender_cpu_s_per_gb: round(spoolResult.sender_cpu_s / (spoolResult.bytes / 1e9)),
     spool_handover_vs_raw_tcp: round(spoolResult.gbps / raw.gbps),
+    shm_root: shmRoot === null ? null : args["shm-root"],
+    shm_gbps: shmResult ? round(shmResult.gbps) : null,
+    shm_p99_ms: shmResult ? round(shmResult.p99_ms) : null,
+    shm_vs_raw_tcp: shmResult ? round(shmResult.gbps / raw.gbps) : null,
     raw_tcp_gbps: round(raw.gbps),
     json_tokens_per_s: Math.round(json.tokens_per_s),
     vs_json: round(bigResult.tokens_per_s / json.tokens_per_s),
@@ -302,7 +323,7 @@ async function main(): Promise<void> {
 const REPEATS = 3;
 let runs = 0;
 /** A fresh folder or file name under the bench root for each run. */
-const fresh = (name: string) => join(root, `${runs++}-${name}`);
+const fresh = (name: string, dir = root) => join(dir, `${runs++}-${name}`);
 
 async function repeat<T>(run: () => Promise<T>): Promise<T[]> {
   const out: T[] = [];

@@ -1,0 +1,228 @@
+/**
+ * Benchmark (not a test): added latency of the proxy on agent-sized traffic.
+ *
+ * 64 concurrent sessions each run a multi-turn tool-calling conversation whose
+ * history grows from ~2k to ~30k tokens. The same workload is sent
+ *   direct      client -> engine                      (the reference)
+ *   passthrough client -> nginx -> engine             (floor: no templating or tokenization)
+ *   litellm     client -> LiteLLM proxy -> engine     (when a `litellm` binary is found; one worker per core)
+ *   proxy       client -> lego proxy -> engine        (template + tokenize + capture)
+ * Every path calls the same engine process (engine-role.ts) over HTTP: OpenAI
+ * chat JSON for the token-free paths, vLLM /v1/completions SSE with ids for the
+ * proxy, so every path pays one engine hop.
+ *
+ * Two workloads, each run for every path:
+ *   paced         the engine takes a stated time per sampled token
+ *                 (--decode-ms-per-token, default 20 ms: a batched decode step
+ *                 of a served MoE model) before it answers, on every path, and
+ *                 the harness a seeded 0-200 ms between calls (--tool-ms 100:
+ *                 running the tool); sessions start spread out, so they wait on
+ *                 the engine as in a real rollout instead of firing in waves;
+ *   back_to_back  the engine answers at once, so 64 sessions fire requests back
+ *                 to back and every path runs at CPU saturation (a throughput
+ *                 test: added latency there is mostly queueing for the CPU).
+ *
+ * Figures per path and workload:
+ *   paired added  per request: the path's client-observed latency minus the
+ *               direct call's for the same request (same session, turn and
+ *               bytes, same engine decode time; see stats.ts), pooled over
+ *               --rounds measured runs in which the paths take turns; p50/p99
+ *               are of those differences, negatives kept;
+ *   in the hop  for the proxy, its handler wall time minus its wait on the
+ *               engine (own work), and minus the time the engine process held
+ *               the request (own work plus its engine-client hop); for nginx,
+ *               $request_time - $upstream_response_time (1 ms resolution);
+ *   cpu         proxy process CPU (user + system) and GC pause time per request;
+ *   phases      of the proxy's hop: reading the body, and parsing and planning it.
+ * The last line's overhead_p50_ms / overhead_p99_ms are the PAIRED added latency
+ * of the PACED workload (`"measure"` says so); vs_passthrough_p50 is that p50
+ * over nginx's paired added p50 (unclamped; null when nginx's is not positive,
+ * and nginx's own figure is beside it); vs_litellm likewise over LiteLLM's.
+ * Every other figure is kept under "paced" and "back_to_back".
+ *
+ * Run: pnpm exec tsx src/proxy/bench/main.ts [--sessions 64] [--target-tokens 30000] [--rounds 3]
+ *        [--decode-ms-per-token 20] [--tool-ms 100] [--workloads paced,back_to_back] [--only direct,passthrough,litellm,proxy]
+ * The proxy process runs with the V8 flags `lego` uses (node-flags.ts).
+ * Profiling the proxy process: BENCH_PROXY_PROFILE_DIR=dir (--cpu-prof), BENCH_PROXY_NODE_FLAGS="--trace-gc".
+ * Last stdout line: {"bench":"proxy","measure":...,"overhead_p50_ms",...}.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { availableParallelism, tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { PROXY_NODE_FLAGS } from "../node-flags.ts";
+import { arg, DECODE_MS_PER_TOKEN, ROUNDS, SESSIONS, strArg, TARGET_TOKENS, TOOL_MS } from "./args.ts";
+import { engineRole } from "./engine-role.ts";
+import { child, nginxAdded, startLitellm, startNginx, type Child } from "./peers.ts";
+import { proxyRole, type ProxyStats } from "./proxy-role.ts";
+import { pairedAdded, pct } from "./stats.ts";
+import { drive, turnsPerSession, type Target } from "./workload.ts";
+
+const SELF = fileURLToPath(import.meta.url);
+interface WorkloadResult {
+  decode_ms_per_token: number;
+  tool_ms: number;
+  /** Client-observed added latency per request (path minus direct, same request; stats.ts), then its percentile. */
+  paired_added_p50_ms: Record<string, number | null>;
+  paired_added_p99_ms: Record<string, number | null>;
+  /** Share of requests whose paired difference is negative (the direct call was slower). */
+  paired_negative_share: Record<string, number | null>;
+  /** Inside the hop (proxy: handler wall time minus engine waits; proxy_with_engine_hop: minus the engine's own time; nginx: from its log). */
+  in_hop_p50_ms: Record<string, number | null>;
+  in_hop_p99_ms: Record<string, number | null>;
+  direct_p50_ms: number | null;
+  proxy_cpu_ms_per_request: number | null;
+  proxy_cpu_system_ms_per_request: number | null;
+  proxy_gc_ms_per_request: number | null;
+  proxy_gc_max_ms: number | null;
+  /** p50 and p99 of two phases inside the hop: reading the body, and parsing and planning it. */
+  proxy_phases_ms: { body_read: [number, number]; plan: [number, number] } | null;
+}
+
+const round = (x: number | null) => (x === null ? null : Number(x.toFixed(3)));
+
+/** Runs every wanted path against an engine that waits `decodeMs` per sampled token. */
+async function workload(label: string, decodeMs: number, toolMs: number, want: (name: string) => boolean): Promise<WorkloadResult> {
+  const tsx = ["--import", "tsx", SELF];
+  console.log(`--- ${label}: engine ${decodeMs} ms per sampled token, tool time ${toolMs} ms on average`);
+  const engine = child(process.execPath, [...tsx, "--role", "engine", "--sessions", String(SESSIONS), "--decode-ms-per-token", String(decodeMs)]);
+  const enginePort = (JSON.parse(await engine.firstLine) as { port: number }).port;
+  const procs: ChildProcess[] = [engine.proc];
+  const e2e: Record<string, Map<string, number>> = {};
+  const hop: Record<string, number[]> = {};
+  let proxyStats: ProxyStats | null = null;
+  const fixed = (url: string, headers: Record<string, string> = {}) => ({ url: () => url, headers: () => headers });
+  const targets: Target[] = [];
+  let nginx: Awaited<ReturnType<typeof startNginx>> = null;
+  let proxyProc: Child | null = null;
+  let stats = "";
+  try {
+    if (want("direct")) targets.push({ name: "direct", ...fixed(`http://127.0.0.1:${enginePort}/v1/chat/completions`) });
+    nginx = want("passthrough") ? await startNginx(enginePort) : null;
+    if (nginx) {
+      procs.push(nginx.proc);
+      targets.push({ name: "passthrough", ...fixed(nginx.url) });
+    } else if (want("passthrough")) console.log("passthrough: nginx not found (apt-get install nginx-light)");
+    const litellm = want("litellm") ? await startLitellm(enginePort) : null;
+    if (litellm) {
+      procs.push(litellm.proc);
+      targets.push({ name: "litellm", ...fixed(litellm.url, { authorization: "Bearer sk-bench" }) });
+    } else if (want("litellm")) console.log("litellm: not available (pip install 'litellm[proxy]' or set LITELLM_BIN)");
+    if (want("proxy")) {
+      stats = join(mkdtempSync(join(tmpdir(), "bench-proxy-")), "added.json");
+      const prof = process.env["BENCH_PROXY_PROFILE_DIR"] ? ["--cpu-prof", `--cpu-prof-dir=${process.env["BENCH_PROXY_PROFILE_DIR"]}`] : [];
+      // The flags `lego` runs the proxy with, then extra ones for this process only, e.g. BENCH_PROXY_NODE_FLAGS="--trace-gc".
+      prof.push(...PROXY_NODE_FLAGS, ...(process.env["BENCH_PROXY_NODE_FLAGS"] ?? "").split(" ").filter(Boolean));
+      const p = child(process.execPath, [...prof, ...tsx, "--role", "proxy", "--engine-port", String(enginePort), "--sessions", String(SESSIONS), "--rounds", String(ROUNDS), "--stats-out", stats]);
+      procs.push(p.proc);
+      proxyProc = p;
+      const { sessions } = JSON.parse(await p.firstLine) as { sessions: Array<{ url: string; secret: string }> };
+      targets.push({ name: "proxy", url: (s) => sessions[s]!.url, headers: (s) => ({ authorization: `Bearer ${sessions[s]!.secret}` }) });
+    }
+    // Sessions 0..SESSIONS-1 warm every path up; round r uses sessions r*SESSIONS.. (new texts, and new proxy sessions).
+    for (const t of targets) await drive(t, 0, toolMs);
+    for (let round = 1; round <= ROUNDS; round++)
+      for (const t of targets) {
+        if (t.name === "proxy") await proxyProc!.ask("measure");
+        const lat = await drive(t, round * SESSIONS, toolMs);
+        if (t.name === "proxy") await proxyProc!.ask("pause");
+        const all = (e2e[t.name] ??= new Map());
+        for (const [k, v] of lat) all.set(k, v);
+        const xs = [...lat.values()];
+        console.log(`${t.name.padEnd(12)} round ${round} end-to-end n=${xs.length} p50=${pct(xs, 50).toFixed(2)}ms p99=${pct(xs, 99).toFixed(2)}ms`);
+      }
+    for (const t of targets) {
+      const xs = [...e2e[t.name]!.values()];
+      console.log(`${t.name.padEnd(12)} all rounds end-to-end n=${xs.length} p50=${pct(xs, 50).toFixed(2)}ms p99=${pct(xs, 99).toFixed(2)}ms`);
+    }
+    if (nginx) hop["passthrough"] = nginxAdded(nginx.log, SESSIONS * turnsPerSession());
+    if (proxyProc) {
+      const exited = new Promise((r) => proxyProc!.proc.once("exit", r));
+      proxyProc.proc.kill("SIGTERM");
+      await exited;
+      proxyStats = JSON.parse(readFileSync(stats, "utf8")) as ProxyStats;
+      hop["proxy"] = proxyStats.added;
+      hop["proxy_with_engine_hop"] = proxyStats.added_with_hop;
+      if (proxyStats.unmatched > 0) console.log(`proxy        ${proxyStats.unmatched} measured requests had no engine call to subtract`);
+      console.log(`proxy        cpu ${proxyStats.cpu_ms_per_request} ms/request (system ${proxyStats.cpu_system_ms_per_request}), gc ${proxyStats.gc_ms_per_request} ms/request (${proxyStats.gc_count} pauses, longest ${proxyStats.gc_max_ms} ms)`);
+    }
+  } finally {
+    for (const p of procs) p.kill();
+  }
+  for (const [name, xs] of Object.entries(hop)) console.log(`${name.padEnd(12)} inside the hop p50=${pct(xs, 50).toFixed(2)}ms p99=${pct(xs, 99).toFixed(2)}ms`);
+  if (proxyStats)
+    console.log(`proxy        of which reading the body p50=${pct(proxyStats.body_ms, 50).toFixed(2)}ms p99=${pct(proxyStats.body_ms, 99).toFixed(2)}ms, parsing and planning p50=${pct(proxyStats.plan_ms, 50).toFixed(2)}ms p99=${pct(proxyStats.plan_ms, 99).toFixed(2)}ms`);
+  const q = (xs: number[] | undefined, p: number) => (xs && xs.length ? pct(xs, p) : null);
+  const paths = ["proxy", "passthrough", "litellm"];
+  const paired = Object.fromEntries(paths.map((n) => [n, e2e[n] && e2e["direct"] ? pairedAdded(e2e[n], e2e["direct"]) : undefined]));
+  const per = (f: (name: string) => number | null) => Object.fromEntries(paths.map((n) => [n, round(f(n))]));
+  const result: WorkloadResult = {
+    decode_ms_per_token: decodeMs,
+    tool_ms: toolMs,
+    paired_added_p50_ms: per((n) => q(paired[n], 50)),
+    paired_added_p99_ms: per((n) => q(paired[n], 99)),
+    paired_negative_share: per((n) => (paired[n]?.length ? paired[n]!.filter((x) => x < 0).length / paired[n]!.length : null)),
+    in_hop_p50_ms: Object.fromEntries(["proxy", "proxy_with_engine_hop", "passthrough"].map((n) => [n, round(q(hop[n], 50))])),
+    in_hop_p99_ms: Object.fromEntries(["proxy", "proxy_with_engine_hop", "passthrough"].map((n) => [n, round(q(hop[n], 99))])),
+    direct_p50_ms: round(q(e2e["direct"] && [...e2e["direct"].values()], 50)),
+    proxy_cpu_ms_per_request: proxyStats?.cpu_ms_per_request ?? null,
+    proxy_cpu_system_ms_per_request: proxyStats?.cpu_system_ms_per_request ?? null,
+    proxy_gc_ms_per_request: proxyStats?.gc_ms_per_request ?? null,
+    proxy_gc_max_ms: proxyStats?.gc_max_ms ?? null,
+    proxy_phases_ms: proxyStats
+      ? { body_read: [round(pct(proxyStats.body_ms, 50))!, round(pct(proxyStats.body_ms, 99))!], plan: [round(pct(proxyStats.plan_ms, 50))!, round(pct(proxyStats.plan_ms, 99))!] }
+      : null,
+  };
+  console.log(`${label.padEnd(12)} paired added p50/p99: ${paths.map((n) => `${n} ${result.paired_added_p50_ms[n]}/${result.paired_added_p99_ms[n]} ms`).join(", ")}`);
+  return result;
+}
+
+async function driver(): Promise<void> {
+  const only = process.argv.includes("--only") ? strArg("only", "").split(",") : null;
+  const want = (name: string) => !only || only.includes(name);
+  const workloads = strArg("workloads", "paced,back_to_back").split(",");
+  const results: Record<string, WorkloadResult> = {};
+  for (const w of workloads) {
+    if (w !== "paced" && w !== "back_to_back") throw new Error(`unknown workload ${w}`);
+    results[w] = await workload(w, w === "paced" ? DECODE_MS_PER_TOKEN : 0, w === "paced" ? TOOL_MS : 0, want);
+  }
+  const head = results["paced"] ?? results["back_to_back"]!;
+  const measure = results["paced"] ? "paired_added_paced" : "paired_added_back_to_back";
+  const ratio = (a: number | null | undefined, b: number | null | undefined) => (a == null || b == null || b <= 0 ? null : Number((a / b).toPrecision(3)));
+  // Unclamped: a floor at or below 0 makes the ratio meaningless, so it is null and the floor itself is reported.
+  const floor = head.paired_added_p50_ms["passthrough"];
+  console.log(
+    JSON.stringify({
+      bench: "proxy",
+      measure,
+      sessions: SESSIONS,
+      target_tokens: TARGET_TOKENS,
+      engine: "separate process over HTTP on every path (vLLM completions format for the proxy)",
+      overhead_p50_ms: head.paired_added_p50_ms["proxy"],
+      overhead_p99_ms: head.paired_added_p99_ms["proxy"],
+      proxy_in_handler_with_engine_hop_p50_ms: head.in_hop_p50_ms["proxy_with_engine_hop"],
+      proxy_in_handler_with_engine_hop_p99_ms: head.in_hop_p99_ms["proxy_with_engine_hop"],
+      passthrough_p50_ms: floor,
+      vs_passthrough_p50: ratio(head.paired_added_p50_ms["proxy"], floor),
+      vs_litellm: ratio(head.paired_added_p50_ms["proxy"], head.paired_added_p50_ms["litellm"]),
+      litellm_workers: want("litellm") ? availableParallelism() : null,
+      ...results,
+    }),
+  );
+}
+
+const role = process.argv[process.argv.indexOf("--role") + 1];
+if (process.argv.includes("--role") && role === "engine") await engineRole(arg("decode-ms-per-token", 0));
+else if (process.argv.includes("--role") && role === "proxy") await proxyRole(arg("engine-port", 0), strArg("stats-out", ""));
+else if (process.argv.includes("--role") && role === "driver") await driver();
+else {
+  // The driver is the measuring instrument for every path: its own GC pauses (it
+  // serialises each session's growing history per call and parses every reply)
+  // land on whichever path it is timing. It runs as a child with the same heap
+  // settings as the proxy, so they are rarer and shorter on both sides of the difference.
+  const args = [...PROXY_NODE_FLAGS, "--import", "tsx", SELF, ...process.argv.slice(2), "--role", "driver"];
+  const code = await new Promise<number>((resolve) => spawn(process.execPath, args, { stdio: "inherit" }).once("exit", (c) => resolve(c ?? 1)));
+  process.exit(code);
+}
+

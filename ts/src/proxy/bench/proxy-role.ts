@@ -1,0 +1,160 @@
+/**
+ * The proxy's process in the benchmark: the real ProxyServer calling the engine
+ * process over HTTP in vLLM's format (the same engine process every other path
+ * calls). Per measured request it records its in-handler time minus the engine
+ * wait (the proxy's own work), and that plus its engine-client hop (handler time
+ * minus the time the engine process itself held the request, from GET /held).
+ */
+import { writeFileSync } from "node:fs";
+import { createInterface } from "node:readline";
+import { PerformanceObserver } from "node:perf_hooks";
+import type { EngineClient } from "../../engine/types.ts";
+import { VllmEngine } from "../../engine/vllm.ts";
+import { loadProxyModel } from "../model.ts";
+import { ProxyServer } from "../server.ts";
+import { QWEN3_DIR } from "../test-support.ts";
+import { ROUNDS, SESSIONS } from "./args.ts";
+import { turnsPerSession } from "./workload.ts";
+
+export interface ProxyStats {
+  /** Per measured request: wall time inside the proxy minus its wait on the engine (ms): the proxy's own work. */
+  added: number[];
+  /** Per measured request: wall time inside the proxy minus the time the engine process held the request (ms): own work plus the engine-client hop. */
+  added_with_hop: number[];
+  /** Measured requests with no engine call to subtract (should be 0). */
+  unmatched: number;
+  /** Per measured request: reading the body, and parsing and planning it (RequestEnd). */
+  body_ms: number[];
+  plan_ms: number[];
+  /** Proxy process CPU (user + system) over the measured run, per request. */
+  cpu_ms_per_request: number;
+  /** Of which in the kernel (socket reads and writes). */
+  cpu_system_ms_per_request: number;
+  gc_ms_per_request: number;
+  gc_max_ms: number;
+  gc_count: number;
+}
+
+/** `inner`, telling `done` how long each call spent waiting on it (sum of the waits for its next chunk). */
+function timedEngine(inner: EngineClient, done: (requestId: string, ms: number) => void): EngineClient {
+  return {
+    name: inner.name,
+    close: () => inner.close(),
+    async *generate(req, signal) {
+      const it = inner.generate(req, signal)[Symbol.asyncIterator]();
+      let waited = 0;
+      try {
+        for (;;) {
+          const t0 = performance.now();
+          const next = await it.next();
+          waited += performance.now() - t0;
+          if (next.done) return;
+          yield next.value;
+        }
+      } finally {
+        done(req.request_id, waited);
+      }
+    },
+  };
+}
+/** Runs the proxy against the engine process on `enginePort`; writes the per-request figures to `statsOut` when terminated. */
+export async function proxyRole(enginePort: number, statsOut: string): Promise<void> {
+  const model = loadProxyModel(QWEN3_DIR);
+  const engineUrl = `http://127.0.0.1:${enginePort}`;
+  const engineMs = new Map<string, { requestId: string; waited: number }>();
+  const inner = new VllmEngine({ baseUrl: engineUrl, model: "bench" });
+  // The engine's share of a request: the time its stream kept the proxy waiting (keyed by session; one call in flight per session).
+  const engine = timedEngine(inner, (requestId, waited) => engineMs.set(requestId.slice(0, requestId.lastIndexOf("/turn-")), { requestId, waited }));
+  const added: number[] = [];
+  // For added_with_hop once the engine's held times are fetched: handler wall time and engine request id per measured request.
+  let unmatched = 0;
+  const handled: Array<{ requestId: string; duration: number }> = [];
+  const bodyMs: number[] = [];
+  const planMs: number[] = [];
+  // CPU time and GC pauses of the proxy process while the driver runs a measured
+  // proxy run (it says "measure" and "pause" on stdin): between those runs the
+  // process idles while other paths are measured, and V8 collects then too.
+  const turns = turnsPerSession();
+  const callsBySession = new Map<string, number>();
+  let measuring = false;
+  let cpuFrom: NodeJS.CpuUsage | null = null;
+  const cpu = { user: 0, system: 0 };
+  let gcMs = 0;
+  let gcMaxMs = 0;
+  let gcCount = 0;
+  const gc = new PerformanceObserver((list) => {
+    if (!measuring) return;
+    for (const e of list.getEntries()) {
+      gcMs += e.duration;
+      gcMaxMs = Math.max(gcMaxMs, e.duration);
+      gcCount++;
+    }
+  });
+  gc.observe({ entryTypes: ["gc"] });
+  createInterface({ input: process.stdin }).on("line", (line) => {
+    if (line === "measure") {
+      measuring = true;
+      cpuFrom = process.cpuUsage();
+    } else if (line === "pause" && cpuFrom) {
+      const d = process.cpuUsage(cpuFrom);
+      cpu.user += d.user;
+      cpu.system += d.system;
+      measuring = false;
+      cpuFrom = null;
+    }
+    console.log(JSON.stringify({ ack: line }));
+  });
+  const proxy = await ProxyServer.start({
+    model,
+    engine,
+    servedModels: ["bench"],
+    onRequestEnd: (e) => {
+      if (measuring) {
+        const call = engineMs.get(e.session_id ?? "");
+        // A request that never reached the engine (rejected before it) has no engine share to subtract; counted, not guessed.
+        if (!call) unmatched++;
+        else {
+          added.push(e.duration_ms - call.waited);
+          handled.push({ requestId: call.requestId, duration: e.duration_ms });
+        }
+        bodyMs.push(e.body_ms);
+        planMs.push(e.plan_ms);
+      }
+      // A rollout worker closes a session when its agent is done and ships the records;
+      // sessions left open would pile up histories and segments the real proxy does not keep.
+      const id = e.session_id;
+      if (id !== null) {
+        const calls = (callsBySession.get(id) ?? 0) + 1;
+        callsBySession.set(id, calls);
+        if (calls === turns) setImmediate(() => proxy.closeSession(id));
+      }
+    },
+  });
+  // A warm-up run, then one run per round (a session's history only grows).
+  const sessions = Array.from({ length: (ROUNDS + 1) * SESSIONS }, (_, i) => proxy.createSession(`b${i}`));
+  process.once("SIGTERM", async () => {
+    const measured = added.length;
+    const held = (await (await fetch(`${engineUrl}/held`)).json()) as Record<string, number>;
+    const addedWithHop = handled.map(({ requestId, duration }) => {
+      const ms = held[requestId];
+      if (ms === undefined) throw new Error(`bench proxy: the engine has no held time for ${requestId}`);
+      return duration - ms;
+    });
+    const stats: ProxyStats = {
+      added,
+      added_with_hop: addedWithHop,
+      unmatched,
+      body_ms: bodyMs,
+      plan_ms: planMs,
+      cpu_ms_per_request: Number(((cpu.user + cpu.system) / 1000 / measured).toFixed(3)),
+      cpu_system_ms_per_request: Number((cpu.system / 1000 / measured).toFixed(3)),
+      gc_ms_per_request: Number((gcMs / measured).toFixed(3)),
+      gc_max_ms: Number(gcMaxMs.toFixed(2)),
+      gc_count: gcCount,
+    };
+    writeFileSync(statsOut, JSON.stringify(stats));
+    process.exit(0);
+  });
+  console.log(JSON.stringify({ sessions: sessions.map((s) => ({ url: `${s.baseUrl}/v1/chat/completions`, secret: s.secret })) }));
+}
+
