@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from ..engine import EngineConfig
+from ..entry import run_entry
 from ..model import read_config
 from ..trainer.driver import LoopConfig, train
 from ..trainer.sources import BatchSource, ReceiverSource, SpoolFolderSource
@@ -26,7 +27,6 @@ from .runtime import connect
 from .toy_source import ToyRolloutSource
 from .trainer_group import RayPolicy, TrainerGroup
 from .weight_sync import (DiskPublishConfig, DiskWeightPublisher, EngineServerSyncConfig, EngineServerWeightSync,
-from ..entry import run_entry
                           SglangSyncConfig, SglangWeightSync, VllmSyncConfig, VllmWeightSync, WeightPublisher)
 
 
