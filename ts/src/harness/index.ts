@@ -3,15 +3,16 @@
  * registered with `lego eval --harness NAME --engine E` on import.
  */
 import { registerHarness } from "../tasks/agents.ts";
-import { ENGINES, HarnessEngineError, scriptedHarnessEngine, type ToolNames } from "./engines.ts";
-import { proxiedLauncher } from "./launcher.ts";
+import { harnessLauncherFor } from "./choose-engine.ts";
+import type { ToolNames } from "./engines.ts";
 import { claudeCodeHarness } from "./claude-code.ts";
 import { referenceHarness } from "./reference.ts";
 import type { Harness } from "./types.ts";
 
 export type { Harness, HarnessLimits, HarnessSession } from "./types.ts";
 export { ANSWER_AT_ONCE, ENGINES, goldScript, HarnessEngineError, scriptedHarnessEngine, toolCall, type ToolNames } from "./engines.ts";
-export { proxiedLauncher, QWEN3_DIR, SERVED_MODEL, type ProxiedLauncherConfig } from "./launcher.ts";
+export { proxiedLauncher, QWEN3_DIR, rolloutSession, SERVED_MODEL, type ProxiedLauncherConfig } from "./launcher.ts";
+export { DEFAULT_POLICY_SAMPLING, isEngineAddress, PolicyEngine, PolicyEngineError, type PolicyEngineConfig, type PolicySampling } from "./policy-engine.ts";
 export { referenceHarness } from "./reference.ts";
 export { CLAUDE_CODE_TOOLS, CLAUDE_CODE_VERSION, claudeCodeHarness, RUNTIMES_DIR } from "./claude-code.ts";
 
@@ -31,10 +32,4 @@ export const HARNESS_TOOLS: Record<string, { harness: Harness; tools: ToolNames 
   },
 };
 
-for (const [name, { harness, tools }] of Object.entries(HARNESS_TOOLS)) {
-  registerHarness(name, async ({ engine }) => {
-    if (!(ENGINES as readonly string[]).includes(engine))
-      throw new HarnessEngineError(`--engine ${JSON.stringify(engine)}: unknown engine for harness ${name} (known: ${ENGINES.join(", ")})`);
-    return proxiedLauncher({ harness, engineName: engine, engine: (model, def) => scriptedHarnessEngine(engine, model, def, tools) });
-  });
-}
+for (const [name, { harness, tools }] of Object.entries(HARNESS_TOOLS)) registerHarness(name, (opts) => harnessLauncherFor(harness, tools, opts));
