@@ -6,6 +6,7 @@ import { registerHarness } from "../tasks/agents.ts";
 import { ENGINES, HarnessEngineError, scriptedHarnessEngine, type ToolNames } from "./engines.ts";
 import { proxiedLauncher } from "./launcher.ts";
 import { claudeCodeHarness } from "./claude-code.ts";
+import { openHandsHarness } from "./openhands.ts";
 import { referenceHarness } from "./reference.ts";
 import type { Harness } from "./types.ts";
 
@@ -14,6 +15,8 @@ export { ANSWER_AT_ONCE, ENGINES, goldScript, HarnessEngineError, scriptedHarnes
 export { proxiedLauncher, QWEN3_DIR, SERVED_MODEL, type ProxiedLauncherConfig } from "./launcher.ts";
 export { referenceHarness } from "./reference.ts";
 export { CLAUDE_CODE_TOOLS, CLAUDE_CODE_VERSION, claudeCodeHarness, RUNTIMES_DIR } from "./claude-code.ts";
+export { OPENHANDS_SDK_VERSION, openHandsHarness } from "./openhands.ts";
+export { PYTHON_VERSION } from "./python-runtime.ts";
 
 /** Per harness, the tool names its model uses for each job (what scripted engines call). */
 export const HARNESS_TOOLS: Record<string, { harness: Harness; tools: ToolNames }> = {
@@ -28,6 +31,15 @@ export const HARNESS_TOOLS: Record<string, { harness: Harness; tools: ToolNames 
   "claude-code": {
     harness: claudeCodeHarness(),
     tools: { write: { name: "Edit", path: "file_path", content: "new_string", fixed: { replace_all: false, old_string: "" } }, shell: { name: "Bash", command: "command" } },
+  },
+  // OpenHands SDK: its file_editor (command "create", which makes no missing folder) and terminal tools; it ends on its finish tool.
+  openhands: {
+    harness: openHandsHarness(),
+    tools: {
+      write: { name: "file_editor", path: "path", content: "file_text", fixed: { command: "create" }, makesParents: false },
+      shell: { name: "terminal", command: "command" },
+      submit: { name: "finish", args: { message: "Done: the fix is applied." } },
+    },
   },
 };
 
