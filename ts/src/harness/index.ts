@@ -7,6 +7,7 @@ import { ENGINES, HarnessEngineError, scriptedHarnessEngine, type ToolNames } fr
 import { proxiedLauncher } from "./launcher.ts";
 import { claudeCodeHarness } from "./claude-code.ts";
 import { openHandsHarness } from "./openhands.ts";
+import { miniSweAgentHarness } from "./mini-swe-agent.ts";
 import { referenceHarness } from "./reference.ts";
 import type { Harness } from "./types.ts";
 
@@ -17,6 +18,7 @@ export { referenceHarness } from "./reference.ts";
 export { CLAUDE_CODE_TOOLS, CLAUDE_CODE_VERSION, claudeCodeHarness, RUNTIMES_DIR } from "./claude-code.ts";
 export { OPENHANDS_SDK_VERSION, openHandsHarness } from "./openhands.ts";
 export { PYTHON_VERSION } from "./python-runtime.ts";
+export { MINI_SWE_AGENT_VERSION, miniSweAgentHarness } from "./mini-swe-agent.ts";
 
 /** Per harness, the tool names its model uses for each job (what scripted engines call). */
 export const HARNESS_TOOLS: Record<string, { harness: Harness; tools: ToolNames }> = {
@@ -40,6 +42,11 @@ export const HARNESS_TOOLS: Record<string, { harness: Harness; tools: ToolNames 
       shell: { name: "terminal", command: "command" },
       submit: { name: "finish", args: { message: "Done: the fix is applied." } },
     },
+  },
+  // mini-swe-agent: bash only (files written through it); it submits with its own echo command.
+  "mini-swe-agent": {
+    harness: miniSweAgentHarness(),
+    tools: { shell: { name: "bash", command: "command" }, submit: { name: "bash", args: { command: "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" } } },
   },
 };
 

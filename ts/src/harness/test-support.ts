@@ -40,18 +40,19 @@ export async function harnessRollout(
 }
 
 /**
- * One main segment whose turns' completions are, id for id, the engine's
- * replies in order (past the script the engine answers "Done."), no policy
- * token retokenised anywhere, every model call a recorded turn, and no side
- * thread: a hidden call in a new version shows up here.
+ * `mainSegments` main segments (one unless the harness rewrites its history)
+ * whose turns' completions are, in order and id for id, the engine's replies
+ * (past the script the engine answers "Done."), no policy token retokenised
+ * anywhere, every model call a recorded turn, and no side thread: a hidden
+ * call in a new version shows up here.
  */
-export function expectTokenExact(records: SessionRecords, engine: ScriptedEngine, replies: ScriptedReply[]): void {
+export function expectTokenExact(records: SessionRecords, engine: ScriptedEngine, replies: ScriptedReply[], mainSegments = 1): void {
   const model = qwen3();
   const turns = new Map(records.turns.map((t) => [t.turn_id, t]));
   const main = records.segments.filter((s) => s.thread === "main");
-  expect(main).toHaveLength(1);
+  expect(main).toHaveLength(mainSegments);
   for (const s of records.segments) expect(checkSegment(s, turns).retokenizedPolicyTokens).toBe(0);
-  const mainTurns = main[0]!.turns.map((span) => turns.get(span.turn_id)!);
+  const mainTurns = main.flatMap((seg) => seg.turns.map((span) => turns.get(span.turn_id)!));
   const expected = mainTurns.map((_, i) => replies[i] ?? { text: "Done." });
   expect(mainTurns.map((t) => Array.from(t.completion_ids))).toEqual(
     expected.map((r) => ("text" in r ? [...model.tokenizer.encode(r.text), model.codec.endOfTurnId] : r.token_ids)));
