@@ -4,7 +4,7 @@
  * `lego monitor` without a subcommand still refuses with the not-built exit code.
  */
 import type { Argv } from "yargs";
-import { ComponentNotBuiltError, type LegoCommand } from "../cli/component.ts";
+import { ComponentNotBuiltError, type LegoCommand } from "../lego-command.ts";
 import { Monitor } from "./monitor.ts";
 import { monitorStepLog } from "./step-log.ts";
 
