@@ -57,4 +57,11 @@ describe("mini-swe-agent in a real sandbox through the real proxy", () => {
     expect(engine.callCount).toBe(3); // AgentConfig.max_consecutive_format_errors
     expect(records.counters.tool_calls).toBe(0);
   }, 240_000);
+
+  it("turn limit: the gold script cut off after 1 model call (the write, not the run) ends cleanly as an agent outcome, reward 0", async () => {
+    const { outcome, engine, records } = await harnessRollout(runner, fix, entry, "scripted-gold", "mini-limit", 1);
+    expect(outcome).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
+    expect(engine.callCount).toBe(1);
+    expectTokenExact(records, engine, goldScript(fix.task, entry.tools));
+  }, 240_000);
 });

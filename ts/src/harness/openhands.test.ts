@@ -53,4 +53,11 @@ describe("OpenHands SDK in a real sandbox through the real proxy", () => {
     expectTokenExact(records, engine, ANSWER_AT_ONCE);
     expect(records.counters.tool_calls).toBe(0);
   }, 240_000);
+
+  it("turn limit: the gold script cut off after 2 model calls (mkdir, write; not the run) ends cleanly as an agent outcome, reward 0", async () => {
+    const { outcome, engine, records } = await harnessRollout(runner, fix, entry, "scripted-gold", "openhands-limit", 2);
+    expect(outcome).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
+    expect(engine.callCount).toBe(2);
+    expectTokenExact(records, engine, goldScript(fix.task, entry.tools));
+  }, 240_000);
 });
