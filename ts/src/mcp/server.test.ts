@@ -16,7 +16,7 @@ describe("lego MCP server", () => {
     const monitor = new Monitor();
     const steps = [0, 1, 2, 3, 4].map((i) => ({ step: i, signal: batchSignal(trajectories) }));
     for (const s of steps) monitor.observe(s.step, s.signal);
-    const server = runServer({ steps: () => steps, alerts: () => monitor.alerts, trajectories: () => trajectories });
+    const server = runServer({ steps: () => steps, batches: () => [], alerts: () => monitor.alerts, trajectories: () => trajectories });
     const [a, b] = InMemoryTransport.createLinkedPair();
     const client = new Client({ name: "test", version: "0" });
     await Promise.all([server.connect(a), client.connect(b)]);
