@@ -18,16 +18,16 @@ export interface TrajectorySummary {
   policyVersions: [number, number] | null;
   turns: number;
   toolCalls: number;
-  /** Sequence number of the batch it was spooled in. */
-  batchSeq: number;
+  /** Index (spool order) of the batch it was spooled in. */
+  batch: number;
 }
 
 export interface RunSnapshot {
   runDir: string;
   status: { steps: number; latestStep: number | null; batches: number; trajectories: number; alerts: number };
   steps: { step: number; signal: Signal }[];
-  /** One point per spooled batch: the monitor's batch signal plus reward and behaviour means. */
-  batches: { seq: number; signal: Signal }[];
+  /** One point per spooled batch, in spool order (`index`; producers number `seq` their own way): the monitor's batch signal plus reward and behaviour means. */
+  batches: { index: number; seq: number; batchId: string; signal: Signal }[];
   alerts: Alert[];
   trajectories: TrajectorySummary[];
 }
@@ -59,15 +59,15 @@ export function runSnapshot(runDir: string, view: RunView): RunSnapshot {
   const steps = view.steps().map((s) => ({ step: s.step, signal: stepPoint(s.signal) }));
   const batches = view.batches();
   const alerts = view.alerts();
-  const trajectories = batches.flatMap((b) => b.trajectories.map((t): TrajectorySummary => ({
+  const trajectories = batches.flatMap((b, index) => b.trajectories.map((t): TrajectorySummary => ({
     id: t.trajectory_id, task: t.task_id, harness: t.harness, status: t.status, reward: t.reward, flags: t.defense_flags,
-    policyVersions: policyVersions(t), turns: t.metrics.turns, toolCalls: t.metrics.tool_calls, batchSeq: b.header.seq,
+    policyVersions: policyVersions(t), turns: t.metrics.turns, toolCalls: t.metrics.tool_calls, batch: index,
   })));
   return {
     runDir,
     status: { steps: steps.length, latestStep: steps.at(-1)?.step ?? null, batches: batches.length, trajectories: trajectories.length, alerts: alerts.length },
     steps,
-    batches: batches.map((b) => ({ seq: b.header.seq, signal: batchPoint(b.trajectories) })),
+    batches: batches.map((b, index) => ({ index, seq: b.header.seq, batchId: b.header.batch_id, signal: batchPoint(b.trajectories) })),
     alerts,
     trajectories,
   };
@@ -91,7 +91,7 @@ export interface TurnView {
 }
 
 export interface TrajectoryView {
-  summary: Omit<TrajectorySummary, "batchSeq">;
+  summary: Omit<TrajectorySummary, "batch">;
   error: string | null;
   metrics: Trajectory["metrics"];
   segments: {

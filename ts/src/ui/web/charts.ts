@@ -8,7 +8,7 @@ import type { RunSnapshot } from "./api.ts";
 
 export interface ChartSpec {
   title: string;
-  /** steps: x is the trainer step; batches: x is the batch sequence number. */
+  /** steps: x is the trainer step; batches: x is the batch's place in spool order. */
   source: "steps" | "batches";
   key: string;
 }
@@ -31,7 +31,7 @@ export const CHARTS: ChartSpec[] = [
 export const chartId = (key: string) => `chart-${key.replace(/[^a-z0-9]+/gi, "-")}`;
 
 function series(snapshot: RunSnapshot, spec: ChartSpec): [number[], number[]] {
-  const points = spec.source === "steps" ? snapshot.steps.map((s) => [s.step, s.signal[spec.key]] as const) : snapshot.batches.map((b) => [b.seq, b.signal[spec.key]] as const);
+  const points = spec.source === "steps" ? snapshot.steps.map((s) => [s.step, s.signal[spec.key]] as const) : snapshot.batches.map((b) => [b.index, b.signal[spec.key]] as const);
   const kept = points.filter((p): p is readonly [number, number] => typeof p[1] === "number" && Number.isFinite(p[1]));
   return [kept.map((p) => p[0]), kept.map((p) => p[1])];
 }

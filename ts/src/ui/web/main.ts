@@ -30,7 +30,7 @@ function Overview({ s, live }: { s: RunSnapshot; live: boolean }) {
 function Alerts({ s }: { s: RunSnapshot }) {
   return html`<section id="alerts"><h2>alerts</h2>
     ${s.alerts.length === 0 ? html`<p class="none">none: every rule is within its threshold</p>` : html`<ul>${s.alerts.map((a) =>
-      html`<li class="alert" data-kind=${a.kind}><b>${a.kind}</b> at ${a.at}: <span class="message">${a.message}</span></li>`)}</ul>`}
+      html`<li class="alert" data-kind=${a.kind}><span class="message">${a.message}</span></li>`)}</ul>`}
   </section>`;
 }
 
@@ -62,7 +62,7 @@ function TrajectoryTable({ s, onOpen }: { s: RunSnapshot; onOpen: (id: string) =
       <td><a href=${`#t=${encodeURIComponent(t.id)}`}>${t.id}</a></td><td>${t.task}</td><td>${t.harness}</td><td class=${`status ${t.status}`}>${t.status}</td>
       <td>${t.reward ?? "—"}</td><td>${t.flags.map((f) => html`<span class="flag">${f}</span>`)}</td>
       <td>${t.policyVersions === null ? "—" : t.policyVersions[0] === t.policyVersions[1] ? `v${t.policyVersions[0]}` : `v${t.policyVersions[0]}–${t.policyVersions[1]}`}</td>
-      <td>${t.turns}</td><td>${t.toolCalls}</td><td>${t.batchSeq}</td></tr>`)}</tbody></table></section>`;
+      <td>${t.turns}</td><td>${t.toolCalls}</td><td>${t.batch}</td></tr>`)}</tbody></table></section>`;
 }
 
 function App() {
