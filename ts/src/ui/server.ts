@@ -13,6 +13,7 @@ import { RunDirError, runDirView, type RunView } from "../mcp/index.ts";
 import { checkAccess, TOKEN_COOKIE } from "./access.ts";
 import { errorPage } from "./pages.ts";
 import { runSnapshot, trajectoryView } from "./snapshot.ts";
+import type { TokenText } from "./text.ts";
 
 export interface UiServerConfig {
   /** Run folder: steps.jsonl and spool/ (see mcp/run-dir.ts). */
@@ -27,6 +28,8 @@ export interface UiServerConfig {
   token?: string;
   /** How often the run folder is checked for changes, in ms. */
   pollMs: number;
+  /** Decodes tokens to text and parses tool calls in the trajectory view; ids only without it. */
+  text?: TokenText;
 }
 
 const CONTENT_TYPES: Record<string, string> = { ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml" };
@@ -136,7 +139,7 @@ export class UiServer {
   private trajectory(res: ServerResponse, id: string): void {
     const t = this.view.trajectories().find((x) => x.trajectory_id === id);
     if (t === undefined) return this.json(res, 404, { error: `no trajectory ${JSON.stringify(id)} in ${this.config.runDir}` });
-    this.json(res, 200, trajectoryView(t));
+    this.json(res, 200, trajectoryView(t, this.config.text));
   }
 
   private events(req: IncomingMessage, res: ServerResponse): void {

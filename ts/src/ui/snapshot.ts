@@ -6,6 +6,7 @@
 import { batchSignal, type Alert, type Signal } from "../monitor/index.ts";
 import type { RunView } from "../mcp/index.ts";
 import type { Trajectory } from "../schema/index.ts";
+import type { TokenText, TurnMessage } from "./text.ts";
 
 export interface TrajectorySummary {
   id: string;
@@ -79,6 +80,9 @@ export interface TokenRun {
   logprobs: number[];
   lossMask: number[];
   provenance: number[];
+  /** With a tokenizer (`lego ui --model-dir`): the run's text, and each token's own piece. */
+  text?: string;
+  pieces?: string[];
 }
 
 export interface TurnView {
@@ -88,6 +92,8 @@ export interface TurnView {
   /** Tokens added to the context since the previous completion (tool results, user text, template). */
   prompt: TokenRun;
   completion: TokenRun;
+  /** With a tokenizer: the completion as the proxy's parser reads it (reasoning, content, tool calls). */
+  message?: TurnMessage;
 }
 
 export interface TrajectoryView {
@@ -96,31 +102,36 @@ export interface TrajectoryView {
   metrics: Trajectory["metrics"];
   segments: {
     id: string; thread: string; threadId: string; sealReason: string; turns: TurnView[];
+    /** Tokens after the last completion (the end-of-turn template). */
+    tail: TokenRun;
     /** Trainable tokens with the engine's recorded routing / all trainable tokens; null for dense models. */
     routingRecorded: [number, number] | null;
   }[];
 }
 
-export function trajectoryView(t: Trajectory): TrajectoryView {
+export function trajectoryView(t: Trajectory, text?: TokenText): TrajectoryView {
   return {
     summary: { id: t.trajectory_id, task: t.task_id, harness: t.harness, status: t.status, reward: t.reward, flags: t.defense_flags,
       policyVersions: policyVersions(t), turns: t.metrics.turns, toolCalls: t.metrics.tool_calls },
     error: t.error,
     metrics: t.metrics,
     segments: t.segments.map((s) => {
-      const run = (a: number, b: number): TokenRun => ({
-        ids: Array.from(s.token_ids.subarray(a, b)), logprobs: Array.from(s.logprobs.subarray(a, b)),
-        lossMask: Array.from(s.loss_mask.subarray(a, b)), provenance: Array.from(s.provenance.subarray(a, b)),
-      });
+      const run = (a: number, b: number): TokenRun => {
+        const ids = Array.from(s.token_ids.subarray(a, b));
+        const r: TokenRun = { ids, logprobs: Array.from(s.logprobs.subarray(a, b)), lossMask: Array.from(s.loss_mask.subarray(a, b)), provenance: Array.from(s.provenance.subarray(a, b)) };
+        if (text !== undefined) { r.text = text.decode(ids); r.pieces = text.pieces(ids); }
+        return r;
+      };
       let end = 0;
       const turns = s.turns.map((x): TurnView => {
-        const v = { turnId: x.turn_id, policyVersion: x.policy_version, finishReason: x.finish_reason, prompt: run(end, x.completion_start), completion: run(x.completion_start, x.completion_end) };
+        const v: TurnView = { turnId: x.turn_id, policyVersion: x.policy_version, finishReason: x.finish_reason, prompt: run(end, x.completion_start), completion: run(x.completion_start, x.completion_end) };
+        if (text !== undefined) v.message = text.message(v.completion.text!);
         end = x.completion_end;
         return v;
       });
       let trainable = 0, recorded = 0;
       for (let i = 0; i < s.loss_mask.length; i++) if (s.loss_mask[i] === 1) { trainable++; recorded += s.routing_recorded?.[i] === 1 ? 1 : 0; }
-      return { id: s.segment_id, thread: s.thread, threadId: s.thread_id, sealReason: s.seal_reason, turns,
+      return { id: s.segment_id, thread: s.thread, threadId: s.thread_id, sealReason: s.seal_reason, turns, tail: run(end, s.token_ids.length),
         routingRecorded: s.routing_recorded === null ? null : [recorded, trainable] };
     }),
   };

@@ -7,7 +7,9 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { appendFileSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
+import type { TextTokenizer } from "../proxy/index.ts";
 import type { RoutingShape, Trajectory } from "../schema/index.ts";
+import { buildTrajectory } from "../schema/vectors.ts";
 import { encodeTrajectoryBatch, replicate, Spool, syntheticTrajectory } from "../transport/index.ts";
 
 /** Debian's headless-capable Chromium; scripts/setup installs it (`chromium`). */
@@ -70,4 +72,24 @@ export async function stopLegoUi(proc: ChildProcess): Promise<void> {
   const exited = new Promise<void>((ok) => proc.once("exit", () => ok()));
   proc.kill("SIGTERM");
   await exited;
+}
+
+/** What the text trajectory's two turns say: context added before each turn, then the completion. */
+export const TEXT_TURNS = [
+  { context: "Fix the failing test in calc.py.\n", completion: '<tool_call>\n{"name": "bash", "arguments": {"cmd": "pytest -q"}}\n</tool_call>' },
+  { context: "<tool_response>\n1 failed, 3 passed\n</tool_response>\n", completion: "The add() function subtracts; fixing it now." },
+];
+
+/** A trajectory whose tokens are real Qwen3 text: a tool call, its result, an answer. */
+export function textTrajectory(id: string, tokenizer: TextTokenizer): Trajectory {
+  const encoded = TEXT_TURNS.map((t) => ({ context: tokenizer.encode(t.context), completion: tokenizer.encode(t.completion), tail: tokenizer.encode("\n") }));
+  const spec = {
+    trajectory_id: id, group_id: `group-${id}`, task_id: "fix-calc", harness: "reference", status: "ok", reward: 1, attempt: 0, defense_flags: [], error: null,
+    metrics: { turns: 2, tool_calls: 1, rereads_after_edit: 0, side_thread_turns: 0, rolled_back_turns: 0, wall_time_s: 3 },
+    segments: [{ segment_id: `${id}-seg-0`, thread: "main", thread_id: "main", seal_reason: "finished", seed: 3,
+      turns: encoded.map((e, i) => ({ turn_id: `${id}-turn-${i}`, prompt: e.context.length, completion: e.completion.length, tail: e.tail.length, policy_version: 2, finish_reason: "stop" })) }],
+  } as unknown as Parameters<typeof buildTrajectory>[0];
+  const t = buildTrajectory(spec, routing);
+  t.segments[0]!.token_ids.set(encoded.flatMap((e) => [...e.context, ...e.completion, ...e.tail]));
+  return t;
 }

@@ -12,8 +12,10 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { chromium, type Browser, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { TextTokenizer } from "../proxy/index.ts";
+import { QWEN3_DIR } from "../proxy/test-support.ts";
 import { buildUiAssets } from "./index.ts";
-import { batchRows, CHROMIUM, RunFolder, startLegoUi, stopLegoUi } from "./test-support.ts";
+import { batchRows, CHROMIUM, RunFolder, startLegoUi, stopLegoUi, TEXT_TURNS, textTrajectory } from "./test-support.ts";
 
 const ARTIFACTS = resolve(import.meta.dirname, "../../../var/test-artifacts/ui");
 /** Bound on every wait for the page: the run folder is polled every 100 ms, so seconds are plenty. */
@@ -108,6 +110,31 @@ describe("Live UI in Chromium", () => {
     expect(await banner.textContent()).toContain("torn.lgrb");
     expect(await page.locator("#stat-trajectories").textContent()).toBe("24");
     await page.screenshot({ path: join(ARTIFACTS, "run-error.png") });
+  });
+
+  it("with --model-dir, shows each turn's text, the tool call the proxy's parser reads, and token pieces", async () => {
+    const tokenizer = TextTokenizer.fromModelDir(QWEN3_DIR);
+    const textRun = new RunFolder(join(root, "text-run"));
+    textRun.batch(0, [textTrajectory("text-0", tokenizer)]);
+    const { url, proc } = await startLegoUi(["--run-dir", textRun.dir, "--assets-dir", assets, "--model-dir", QWEN3_DIR]);
+    procs.push(proc);
+    const p = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    try {
+      await p.goto(url);
+      await p.locator('tr.trajectory-row[data-id="text-0"]').click({ timeout: WAIT.timeout });
+      const turns = p.locator("#trajectory .turn");
+      await expect.poll(() => turns.count(), WAIT).toBe(2);
+      expect(await turns.nth(0).locator(".tool-call .tool-name").textContent()).toBe("bash");
+      expect(JSON.parse((await turns.nth(0).locator(".tool-call .tool-args").textContent())!)).toEqual({ cmd: "pytest -q" });
+      expect(await turns.nth(1).locator(".message .content").textContent()).toBe(TEXT_TURNS[1]!.completion);
+      expect(await turns.nth(1).locator(".context-text pre").textContent()).toBe(TEXT_TURNS[1]!.context.replace(/^/, "\n"));
+      // The completion's token spans spell its text piece by piece (spaces shown as ·).
+      const pieces = await turns.nth(1).locator(".tokens.completion .tok").allTextContents();
+      expect(pieces.join("").replace(/·/g, " ")).toBe(TEXT_TURNS[1]!.completion);
+      await p.locator("#trajectory").screenshot({ path: join(ARTIFACTS, "trajectory-text.png") });
+    } finally {
+      await p.close();
+    }
   });
 
   it("a missing run folder gives an error page naming the folder and the fix", async () => {

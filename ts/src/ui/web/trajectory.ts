@@ -24,21 +24,37 @@ function tokenStyle(run: TokenRun, i: number): string | undefined {
   return `background: hsl(140 55% ${88 - 45 * surprise}%)`;
 }
 
-function Tokens({ run, label }: { run: TokenRun; label: string }) {
+const visible = (piece: string) => piece.replace(/\n/g, "⏎").replace(/\t/g, "⇥").replace(/ /g, "·") || "∅";
+
+function Tokens({ run, kind, label = kind }: { run: TokenRun; kind: "context" | "completion" | "tail"; label?: string }) {
   const shown = Math.min(run.ids.length, MAX_TOKENS_SHOWN);
   const spans = [];
   for (let i = 0; i < shown; i++) {
     const what = run.lossMask[i] === 1 ? "trainable" : PROVENANCE[run.provenance[i]!] ?? "unknown";
-    spans.push(html`<span class=${tokenClass(run, i)} style=${tokenStyle(run, i)} title=${`token ${run.ids[i]} · ${what} · logprob ${run.logprobs[i]!.toFixed(3)}`}>${run.ids[i]}</span>`);
+    // With a tokenizer each span shows its text piece (whitespace made visible), else the id.
+    const shownAs = run.pieces === undefined ? String(run.ids[i]) : visible(run.pieces[i]!);
+    spans.push(html`<span class=${tokenClass(run, i)} style=${tokenStyle(run, i)} title=${`token ${run.ids[i]} · ${what} · logprob ${run.logprobs[i]!.toFixed(3)}`}>${shownAs}</span>`);
   }
-  return html`<div class=${`tokens ${label}`}><span class="run-label">${label} (${run.ids.length})</span>${spans}${run.ids.length > shown ? html`<em> … ${run.ids.length - shown} more</em>` : null}</div>`;
+  return html`<div class=${`tokens ${kind}`}><span class="run-label">${label} (${run.ids.length})</span>${spans}${run.ids.length > shown ? html`<em> … ${run.ids.length - shown} more</em>` : null}</div>`;
+}
+
+function Message({ turn }: { turn: TurnView }) {
+  const m = turn.message;
+  if (m === undefined) return null;
+  return html`<div class="message">
+    ${turn.prompt.text === undefined ? null : html`<details class="context-text"><summary>context added before this turn (${turn.prompt.ids.length} tokens: tool results, user text, template)</summary><pre>${turn.prompt.text}</pre></details>`}
+    ${m.reasoning === null ? null : html`<details class="reasoning"><summary>reasoning</summary><pre>${m.reasoning}</pre></details>`}
+    ${m.content.trim() === "" ? null : html`<pre class="content">${m.content}</pre>`}
+    ${m.toolCalls.map((c) => html`<div class="tool-call"><b class="tool-name">${c.name}</b> <code class="tool-args">${c.arguments}</code></div>`)}
+  </div>`;
 }
 
 function Turn({ turn, index }: { turn: TurnView; index: number }) {
   return html`<div class="turn" data-turn=${turn.turnId}>
     <h4>turn ${index + 1} · policy v${turn.policyVersion} · finish: ${turn.finishReason}</h4>
-    <${Tokens} run=${turn.prompt} label="context" />
-    <${Tokens} run=${turn.completion} label="completion" />
+    <${Message} turn=${turn} />
+    <${Tokens} run=${turn.prompt} kind="context" />
+    <${Tokens} run=${turn.completion} kind="completion" />
   </div>`;
 }
 
@@ -56,6 +72,7 @@ export function TrajectoryPanel({ view, onClose }: { view: TrajectoryView; onClo
       <h3>segment <code>${seg.id}</code> · ${seg.thread} (${seg.threadId}) · sealed: <b class="seal">${seg.sealReason}</b>
         ${seg.routingRecorded === null ? " · dense" : ` · routing recorded for ${seg.routingRecorded[0]}/${seg.routingRecorded[1]} trainable tokens`}</h3>
       ${seg.turns.map((t, i) => html`<${Turn} key=${t.turnId} turn=${t} index=${i} />`)}
+      ${seg.tail.ids.length === 0 ? null : html`<${Tokens} run=${seg.tail} kind="tail" label="after the last turn" />`}
     </div>`)}
   </section>`;
 }
