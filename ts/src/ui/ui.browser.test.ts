@@ -77,6 +77,9 @@ describe("Live UI in Chromium", () => {
     await expect.poll(() => points("mismatch/pearson_prob").getAttribute("data-points"), WAIT).toBe("4");
     expect(await points("reward/mean").getAttribute("data-points")).toBe("6");
     expect(await page.locator("#stat-trajectories").textContent()).toBe("24");
+    // The solve grids count the new rows too: 6 batches × 2 rollouts of fix-parser, all reward 0, by policy version 1.
+    expect(await page.locator('#solve-grid-policy td[data-task="fix-parser"][data-column="v1"]').textContent()).toBe("0.00 (12)");
+    expect(await page.locator('#solve-grid-harness td[data-task="add-flag"][data-column="reference"]').textContent()).toBe("1.00 (6)");
   });
 
   it("filters the table and opens a flagged trajectory turn by turn with its tokens coloured", async () => {

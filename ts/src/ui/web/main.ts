@@ -34,20 +34,23 @@ function Alerts({ s }: { s: RunSnapshot }) {
   </section>`;
 }
 
-function SolveGrid({ s }: { s: RunSnapshot }) {
+/** Mean reward per task (rows) and per column (a harness, or the policy version that generated the trajectory). */
+function SolveGrid({ s, id, title, column }: { s: RunSnapshot; id: string; title: string; column: (t: TrajectorySummary) => string }) {
   const tasks = [...new Set(s.trajectories.map((t) => t.task))].sort();
-  const harnesses = [...new Set(s.trajectories.map((t) => t.harness))].sort();
-  const cell = (task: string, harness: string) => {
-    const rs = s.trajectories.filter((t) => t.task === task && t.harness === harness);
+  const columns = [...new Set(s.trajectories.map(column))].sort((a, b) => a.localeCompare(b, undefined, { numeric: true }));
+  const cell = (task: string, col: string) => {
+    const rs = s.trajectories.filter((t) => t.task === task && column(t) === col);
     const scored = rs.flatMap((t) => (t.reward === null ? [] : [t.reward]));
     if (rs.length === 0) return html`<td></td>`;
     const m = scored.length === 0 ? null : scored.reduce((a, b) => a + b, 0) / scored.length;
-    return html`<td style=${m === null ? "" : `background: hsl(${120 * m} 60% 80%)`} title=${`${rs.length} rollouts, ${scored.length} graded`}>${m === null ? "env" : m.toFixed(2)} <small>(${rs.length})</small></td>`;
+    return html`<td data-task=${task} data-column=${col} style=${m === null ? "" : `background: hsl(${120 * m} 60% 80%)`} title=${`${rs.length} rollouts, ${scored.length} graded`}>${m === null ? "env" : m.toFixed(2)} <small>(${rs.length})</small></td>`;
   };
-  return html`<section id="solve-grid"><h2>mean reward, task × harness</h2>
-    <table><thead><tr><th>task</th>${harnesses.map((h) => html`<th>${h}</th>`)}</tr></thead>
-    <tbody>${tasks.map((task) => html`<tr><th>${task}</th>${harnesses.map((h) => cell(task, h))}</tr>`)}</tbody></table></section>`;
+  return html`<section class="solve-grid" id=${id}><h2>${title}</h2>
+    <table><thead><tr><th>task</th>${columns.map((c) => html`<th>${c}</th>`)}</tr></thead>
+    <tbody>${tasks.map((task) => html`<tr><th>${task}</th>${columns.map((c) => cell(task, c))}</tr>`)}</tbody></table></section>`;
 }
+
+const policyColumn = (t: TrajectorySummary) => (t.policyVersions === null ? "no turns" : `v${t.policyVersions[1]}`);
 
 const matches = (t: TrajectorySummary, q: string) =>
   q === "" || [t.id, t.task, t.harness, t.status, ...t.flags].some((f) => f.toLowerCase().includes(q.toLowerCase()));
@@ -84,7 +87,10 @@ function App() {
     ${runError === null ? null : html`<div id="run-error" class="error">The run stopped reading cleanly; showing the last good data. <pre>${runError}</pre></div>`}
     <${Alerts} s=${snapshot} />
     <${Charts} snapshot=${snapshot} />
-    <${SolveGrid} s=${snapshot} />
+    <div class="grids">
+      <${SolveGrid} s=${snapshot} id="solve-grid-harness" title="mean reward, task × harness" column=${(t: TrajectorySummary) => t.harness} />
+      <${SolveGrid} s=${snapshot} id="solve-grid-policy" title="mean reward, task × policy version (newest turn's)" column=${policyColumn} />
+    </div>
     <${TrajectoryTable} s=${snapshot} onOpen=${openTrajectory} />
     ${openError === null ? null : html`<p id="open-error" class="error">${openError}</p>`}
     ${open === null ? null : html`<${TrajectoryPanel} view=${open} onClose=${() => setOpen(null)} />`}`;
