@@ -17,6 +17,7 @@ export const uiCommand: LegoCommand = {
       .option("assets-dir", { type: "string", describe: `built page to serve (default ${DEFAULT_ASSETS_DIR}, built when missing)` })
       .option("rebuild", { type: "boolean", default: false, describe: "build the page before serving even if it is there" })
       .option("poll-ms", { type: "number", default: 500, describe: "how often the run folder is checked for changes" })
+      .option("compare-dir", { type: "string", describe: "a second run folder whose curves are drawn beside this run's" })
       .option("model-dir", { type: "string", describe: "the policy's tokenizer (as for `lego proxy`): show token text and parsed tool calls" })
       .option("tool-call-format", { choices: ["qwen3_json", "qwen3_coder_xml"] as const, default: "qwen3_json" as const, describe: "tool-call syntax of the policy's completions" }),
   handler: async (a) => {
@@ -27,7 +28,8 @@ export const uiCommand: LegoCommand = {
     }
     const modelDir = a["model-dir"] as string | undefined;
     const text = modelDir === undefined ? undefined : TokenText.fromModelDir(modelDir, a["tool-call-format"] as ToolCallFormat);
-    const server = new UiServer({ runDir: a["run-dir"] as string, host: a.host as string, port: a.port as number, assetsDir, pollMs: a["poll-ms"] as number, text });
+    const server = new UiServer({ runDir: a["run-dir"] as string, host: a.host as string, port: a.port as number, assetsDir, pollMs: a["poll-ms"] as number, text,
+      compareDir: a["compare-dir"] as string | undefined });
     const url = await server.listen();
     process.stdout.write(`lego ui: ${url}\n`);
     const stop = () => void server.close().then(() => process.exit(0));

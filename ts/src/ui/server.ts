@@ -28,6 +28,8 @@ export interface UiServerConfig {
   token?: string;
   /** How often the run folder is checked for changes, in ms. */
   pollMs: number;
+  /** A second run folder whose curves are drawn beside this run's. */
+  compareDir?: string;
   /** Decodes tokens to text and parses tool calls in the trajectory view; ids only without it. */
   text?: TokenText;
 }
@@ -54,6 +56,7 @@ export class UiServer {
   readonly token: string;
   private readonly http: Server;
   private readonly view: RunView;
+  private readonly compare: { runDir: string; view: RunView } | undefined;
   private readonly clients = new Set<ServerResponse>();
   private timer: NodeJS.Timeout | undefined;
   private lastFingerprint = "";
@@ -62,6 +65,7 @@ export class UiServer {
   constructor(readonly config: UiServerConfig) {
     this.token = config.token ?? randomBytes(16).toString("hex");
     this.view = runDirView(config.runDir);
+    this.compare = config.compareDir === undefined ? undefined : { runDir: config.compareDir, view: runDirView(config.compareDir) };
     this.http = createServer((req, res) => this.handle(req, res));
   }
 
@@ -73,7 +77,7 @@ export class UiServer {
     const port = (this.http.address() as AddressInfo).port;
     const hosts = [this.config.host, ...(["127.0.0.1", "localhost", "::1"].includes(this.config.host) ? ["127.0.0.1", "localhost", "[::1]"] : [])];
     this.allowedHosts = new Set(hosts.map((h) => `${h.includes(":") && !h.startsWith("[") ? `[${h}]` : h}:${port}`));
-    this.lastFingerprint = fingerprint(this.config.runDir);
+    this.lastFingerprint = this.fingerprint();
     this.timer = setInterval(() => this.poll(), this.config.pollMs);
     const shown = this.config.host.includes(":") ? `[${this.config.host}]` : this.config.host;
     return `http://${shown}:${port}/?token=${this.token}`;
@@ -87,16 +91,24 @@ export class UiServer {
   }
 
   private poll(): void {
-    const fp = fingerprint(this.config.runDir);
+    const fp = this.fingerprint();
     if (fp === this.lastFingerprint || this.clients.size === 0) return;
     this.lastFingerprint = fp;
     const frame = this.snapshotFrame();
     for (const c of this.clients) c.write(frame);
   }
 
+  private fingerprint(): string {
+    return [this.config.runDir, this.config.compareDir].flatMap((d) => (d === undefined ? [] : [fingerprint(d)])).join("#");
+  }
+
+  private snapshot() {
+    return runSnapshot(this.config.runDir, this.view, this.compare);
+  }
+
   private snapshotFrame(): string {
     try {
-      return `event: snapshot\ndata: ${JSON.stringify(runSnapshot(this.config.runDir, this.view))}\n\n`;
+      return `event: snapshot\ndata: ${JSON.stringify(this.snapshot())}\n\n`;
     } catch (e) {
       return `event: run-error\ndata: ${JSON.stringify({ message: errorMessage(e) })}\n\n`;
     }
@@ -110,7 +122,7 @@ export class UiServer {
     if (req.method !== "GET") return this.send(res, 405, "text/plain", "only GET");
     try {
       if (url.pathname === "/") return this.page(res);
-      if (url.pathname === "/api/run") return this.json(res, 200, runSnapshot(this.config.runDir, this.view));
+      if (url.pathname === "/api/run") return this.json(res, 200, this.snapshot());
       if (url.pathname === "/api/trajectory") return this.trajectory(res, url.searchParams.get("id") ?? "");
       if (url.pathname === "/api/events") return this.events(req, res);
       if (url.pathname.startsWith("/assets/")) return this.asset(res, url.pathname);
@@ -127,7 +139,7 @@ export class UiServer {
       return this.send(res, 500, "text/html; charset=utf-8", errorPage("The Live UI is not built", `${index} is missing`, "Run scripts/setup (it builds the page), or `lego ui` without --assets-dir to build it."));
     }
     try {
-      runSnapshot(this.config.runDir, this.view);
+      this.snapshot();
     } catch (e) {
       const missing = e instanceof RunDirError && !existsSync(this.config.runDir);
       return this.send(res, missing ? 404 : 500, "text/html; charset=utf-8", errorPage(missing ? "Run folder not found" : "Cannot read this run", errorMessage(e),

@@ -31,6 +31,8 @@ export interface RunSnapshot {
   batches: { index: number; seq: number; batchId: string; signal: Signal }[];
   alerts: Alert[];
   trajectories: TrajectorySummary[];
+  /** A second run's curves, drawn beside this one's (`lego ui --compare-dir`). */
+  compare: { runDir: string; steps: RunSnapshot["steps"]; batches: RunSnapshot["batches"] } | null;
 }
 
 const mean = (xs: number[]) => (xs.length === 0 ? undefined : xs.reduce((a, b) => a + b, 0) / xs.length);
@@ -56,7 +58,7 @@ function stepPoint(signal: Signal): Signal {
   return tokens !== undefined && seconds !== undefined && seconds > 0 ? { ...signal, "throughput/tokens_per_s": tokens / seconds } : signal;
 }
 
-export function runSnapshot(runDir: string, view: RunView): RunSnapshot {
+export function runSnapshot(runDir: string, view: RunView, compare?: { runDir: string; view: RunView }): RunSnapshot {
   const steps = view.steps().map((s) => ({ step: s.step, signal: stepPoint(s.signal) }));
   const batches = view.batches();
   const alerts = view.alerts();
@@ -71,6 +73,7 @@ export function runSnapshot(runDir: string, view: RunView): RunSnapshot {
     batches: batches.map((b, index) => ({ index, seq: b.header.seq, batchId: b.header.batch_id, signal: batchPoint(b.trajectories) })),
     alerts,
     trajectories,
+    compare: compare === undefined ? null : (({ steps: st, batches: bs }) => ({ runDir: compare.runDir, steps: st, batches: bs }))(runSnapshot(compare.runDir, compare.view)),
   };
 }
 

@@ -140,6 +140,32 @@ describe("Live UI in Chromium", () => {
     }
   });
 
+  it("with --compare-dir, draws a second run's curves beside this run's", async () => {
+    const mine = new RunFolder(join(root, "this-run"));
+    for (const s of [1, 2, 3]) mine.step(s);
+    mine.batch(0);
+    const other = new RunFolder(join(root, "other-run"));
+    other.step(1);
+    other.step(2);
+    other.batch(0);
+    const { url, proc } = await startLegoUi(["--run-dir", mine.dir, "--compare-dir", other.dir, "--assets-dir", assets]);
+    procs.push(proc);
+    const p = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    try {
+      await p.goto(url);
+      await p.locator("#compare-legend").waitFor(WAIT);
+      expect(await p.locator("#compare-legend code").textContent()).toBe(other.dir);
+      const corr = p.locator("#chart-mismatch-pearson-prob");
+      expect(await corr.getAttribute("data-points")).toBe("3");
+      expect(await corr.getAttribute("data-compare-points")).toBe("2");
+      expect(await p.locator("#chart-reward-mean").getAttribute("data-points")).toBe("1");
+      expect(await p.locator("#chart-reward-mean").getAttribute("data-compare-points")).toBe("1");
+      await p.screenshot({ path: join(ARTIFACTS, "compare.png"), fullPage: true });
+    } finally {
+      await p.close();
+    }
+  });
+
   it("a missing run folder gives an error page naming the folder and the fix", async () => {
     const missing = join(root, "no-such-run");
     const { url, proc } = await startLegoUi(["--run-dir", missing, "--assets-dir", assets]);

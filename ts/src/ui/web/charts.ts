@@ -30,30 +30,37 @@ export const CHARTS: ChartSpec[] = [
 
 export const chartId = (key: string) => `chart-${key.replace(/[^a-z0-9]+/gi, "-")}`;
 
-function series(snapshot: RunSnapshot, spec: ChartSpec): [number[], number[]] {
-  const points = spec.source === "steps" ? snapshot.steps.map((s) => [s.step, s.signal[spec.key]] as const) : snapshot.batches.map((b) => [b.index, b.signal[spec.key]] as const);
+type Run = Pick<RunSnapshot, "steps" | "batches">;
+
+function series(run: Run, spec: ChartSpec): [number[], number[]] {
+  const points = spec.source === "steps" ? run.steps.map((s) => [s.step, s.signal[spec.key]] as const) : run.batches.map((b) => [b.index, b.signal[spec.key]] as const);
   const kept = points.filter((p): p is readonly [number, number] => typeof p[1] === "number" && Number.isFinite(p[1]));
   return [kept.map((p) => p[0]), kept.map((p) => p[1])];
 }
 
-function Chart({ spec, data }: { spec: ChartSpec; data: [number[], number[]] }) {
+/** This run's points and, when comparing, the other run's, on one x axis (uPlot.join aligns them, gaps as null). */
+function Chart({ spec, main, other }: { spec: ChartSpec; main: [number[], number[]]; other: [number[], number[]] | null }) {
   const el = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
+  const data = (other === null ? main : uPlot.join([main, other])) as uPlot.AlignedData;
   useEffect(() => {
+    const line = (label: string, stroke: string, dash?: number[]) => ({ label, stroke, width: 2, dash, spanGaps: true, points: { show: true, size: 5 } });
     plot.current = new uPlot({
       width: 340, height: 150, legend: { show: false }, scales: { x: { time: false } },
-      series: [{ label: spec.source === "steps" ? "step" : "batch" }, { label: spec.key, stroke: "#2266cc", width: 2, points: { show: true, size: 5 } }],
+      series: [{ label: spec.source === "steps" ? "step" : "batch" }, line("this run", "#2266cc"), ...(other === null ? [] : [line("compared run", "#d9822b", [6, 4])])],
       axes: [{ size: 30 }, { size: 50 }],
     }, data, el.current!);
     return () => plot.current?.destroy();
   }, []);
   useEffect(() => { plot.current?.setData(data); }, [data]);
-  return html`<figure class="chart" id=${chartId(spec.key)} data-points=${data[0].length}>
-    <figcaption>${spec.title} <code>${spec.key}</code>${data[0].length === 0 ? html` <em>no data yet</em>` : null}</figcaption>
+  return html`<figure class="chart" id=${chartId(spec.key)} data-points=${main[0].length} data-compare-points=${other === null ? undefined : other[0].length}>
+    <figcaption>${spec.title} <code>${spec.key}</code>${main[0].length === 0 ? html` <em>no data yet</em>` : null}</figcaption>
     <div ref=${el}></div>
   </figure>`;
 }
 
 export function Charts({ snapshot }: { snapshot: RunSnapshot }) {
-  return html`<section class="charts">${CHARTS.map((spec) => html`<${Chart} key=${spec.key} spec=${spec} data=${series(snapshot, spec)} />`)}</section>`;
+  const c = snapshot.compare;
+  return html`${c === null ? null : html`<p id="compare-legend" class="legend"><span class="swatch main"></span> this run · <span class="swatch other"></span> compared: <code>${c.runDir}</code></p>`}
+    <section class="charts">${CHARTS.map((spec) => html`<${Chart} key=${`${spec.key}:${c === null}`} spec=${spec} main=${series(snapshot, spec)} other=${c === null ? null : series(c, spec)} />`)}</section>`;
 }
