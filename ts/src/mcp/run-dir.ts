@@ -53,11 +53,13 @@ export function runDirView(runDir: string): RunView {
     const dir = join(runDir, "spool");
     if (!existsSync(dir)) return [];
     return spoolFiles(dir)
-      .map((path) => {
+      .flatMap((path) => {
         try {
           const file = readSpoolFile(path);
-          return { header: file.header as BatchHeader, trajectories: decodeBatch(file.payload, "Trajectory").rows as Trajectory[] };
+          return [{ header: file.header as BatchHeader, trajectories: decodeBatch(file.payload, "Trajectory").rows as Trajectory[] }];
         } catch (e) {
+          // Gone between listing and reading: the trainer released it (consumed batches leave batches/), not a bad file.
+          if (!existsSync(path)) return [];
           throw new RunDirError(path, errorText(e));
         }
       })

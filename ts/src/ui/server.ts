@@ -40,10 +40,19 @@ const CONTENT_TYPES: Record<string, string> = { ".html": "text/html; charset=utf
 function fingerprint(runDir: string): string {
   const parts: string[] = [];
   const walk = (p: string) => {
-    if (!existsSync(p)) { parts.push(`${p}:-`); return; }
-    const st = statSync(p);
-    if (st.isDirectory()) for (const name of readdirSync(p).sort()) walk(join(p, name));
-    else parts.push(`${p}:${st.size}:${st.mtimeMs}`);
+    // A spool file may be renamed or released between listing and stat: that is a change, not an error.
+    const st = statSync(p, { throwIfNoEntry: false });
+    if (st === undefined) { parts.push(`${p}:-`); return; }
+    if (st.isDirectory()) {
+      let names: string[] = [];
+      try {
+        names = readdirSync(p).sort();
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+        parts.push(`${p}:gone`);
+      }
+      for (const name of names) walk(join(p, name));
+    } else parts.push(`${p}:${st.size}:${st.mtimeMs}`);
   };
   walk(join(runDir, "steps.jsonl"));
   walk(join(runDir, "spool"));
@@ -91,10 +100,16 @@ export class UiServer {
   }
 
   private poll(): void {
-    const fp = this.fingerprint();
-    if (fp === this.lastFingerprint || this.clients.size === 0) return;
-    this.lastFingerprint = fp;
-    const frame = this.snapshotFrame();
+    let frame: string;
+    try {
+      const fp = this.fingerprint();
+      if (fp === this.lastFingerprint || this.clients.size === 0) return;
+      this.lastFingerprint = fp;
+      frame = this.snapshotFrame();
+    } catch (e) {
+      // An unreadable run folder (permissions) is the page's to show; the server keeps serving.
+      frame = `event: run-error\ndata: ${JSON.stringify({ message: errorMessage(e) })}\n\n`;
+    }
     for (const c of this.clients) c.write(frame);
   }
 
