@@ -52,6 +52,15 @@ describe("lego mcp over stdio", () => {
       await client.connect(new StdioClientTransport({ command: resolve(import.meta.dirname, "../../bin/lego"), args: ["mcp", "--run-dir", dir] }));
       const r = await client.callTool({ name: "alerts", arguments: {} });
       expect(JSON.parse((r.content as { text: string }[])[0]!.text)).toMatchObject([{ kind: "lr_zero", at: 2 }]);
+      // A batch the sender's Spool writes (a real .lgrb file) is read as the run's trajectories.
+      const { Spool } = await import("../transport/index.ts");
+      const rows = replicate(syntheticTrajectory("t", 120, routing), 2, "sp");
+      const { header, payload } = encodeTrajectoryBatch(rows, routing, { batchId: "b-0", producerId: "w", seq: 0 });
+      new Spool(join(dir, "spool")).append(header, payload);
+      const status = JSON.parse(((await client.callTool({ name: "run_status", arguments: {} })).content as { text: string }[])[0]!.text);
+      expect(status).toMatchObject({ steps: 2, trajectories: 2 });
+      const t = JSON.parse(((await client.callTool({ name: "trajectory", arguments: { id: "sp-1" } })).content as { text: string }[])[0]!.text);
+      expect(t.trajectory_id).toBe("sp-1");
     } finally {
       await client.close();
       rmSync(dir, { recursive: true, force: true });
