@@ -188,7 +188,8 @@ export class UiServer {
   }
 
   private send(res: ServerResponse, status: number, type: string, body: string | Buffer): void {
-    res.writeHead(status, { "content-type": type, "cache-control": "no-store", "x-content-type-options": "nosniff" });
+    // No framing by other pages (clickjacking) and no content sniffing.
+    res.writeHead(status, { "content-type": type, "cache-control": "no-store", "x-content-type-options": "nosniff", "x-frame-options": "DENY" });
     res.end(body);
   }
 }
