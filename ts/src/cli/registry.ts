@@ -10,7 +10,7 @@ import { monitorCommand } from "../monitor/cli.ts";
 import { evalCommand, tasksCommand } from "../tasks/cli.ts";
 import { transportCommand } from "../transport/cli.ts";
 import { uiCommand } from "../ui/index.ts";
-import type { LegoCommand } from "./component.ts";
+import type { LegoCommand } from "../lego-command.ts";
 
 /**
  * Every `lego` subcommand, in help order. A component replaces its pending

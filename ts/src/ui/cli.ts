@@ -1,6 +1,6 @@
 /** `lego ui --run-dir DIR`: the Live UI over a run folder, on loopback with an access token. */
 import type { Argv } from "yargs";
-import type { LegoCommand } from "../cli/component.ts";
+import type { LegoCommand } from "../lego-command.ts";
 import { assetsBuilt, buildUiAssets, DEFAULT_ASSETS_DIR } from "./assets.ts";
 import type { ToolCallFormat } from "../proxy/index.ts";
 import { UiServer } from "./server.ts";

@@ -43,7 +43,7 @@
  * Run: pnpm exec tsx src/proxy/bench/main.ts [--sessions 64] [--target-tokens 30000] [--rounds 3]
  *        [--decode-ms-per-token 20] [--tool-ms 100] [--workloads paced,back_to_back] [--only direct,passthrough,litellm,proxy]
  * The proxy process runs with the V8 flags `lego` uses (node-flags.ts).
- * Profiling the proxy process: BENCH_PROXY_PROFILE_DIR=dir (--cpu-prof), BENCH_PROXY_NODE_FLAGS="--trace-gc".
+ * Profiling the proxy process: --cpu-prof-dir DIR (node's --cpu-prof), --proxy-node-flags "--trace-gc".
  * Last stdout line: {"bench":"proxy","measure":...,"overhead_p50_ms",...}.
  */
 import { spawn, type ChildProcess } from "node:child_process";
@@ -104,16 +104,17 @@ async function workload(label: string, decodeMs: number, toolMs: number, want: (
       procs.push(nginx.proc);
       targets.push({ name: "passthrough", ...fixed(nginx.url) });
     } else if (want("passthrough")) console.log("passthrough: nginx not found (apt-get install nginx-light)");
-    const litellm = want("litellm") ? await startLitellm(enginePort) : null;
+    const litellm = want("litellm") ? await startLitellm(enginePort, strArg("litellm-bin", "")) : null;
     if (litellm) {
       procs.push(litellm.proc);
       targets.push({ name: "litellm", ...fixed(litellm.url, { authorization: "Bearer sk-bench" }) });
-    } else if (want("litellm")) console.log("litellm: not available (pip install 'litellm[proxy]' or set LITELLM_BIN)");
+    } else if (want("litellm")) console.log("litellm: not available (pip install 'litellm[proxy]' or pass --litellm-bin)");
     if (want("proxy")) {
       stats = join(mkdtempSync(join(tmpdir(), "bench-proxy-")), "added.json");
-      const prof = process.env["BENCH_PROXY_PROFILE_DIR"] ? ["--cpu-prof", `--cpu-prof-dir=${process.env["BENCH_PROXY_PROFILE_DIR"]}`] : [];
-      // The flags `lego` runs the proxy with, then extra ones for this process only, e.g. BENCH_PROXY_NODE_FLAGS="--trace-gc".
-      prof.push(...PROXY_NODE_FLAGS, ...(process.env["BENCH_PROXY_NODE_FLAGS"] ?? "").split(" ").filter(Boolean));
+      const profDir = strArg("cpu-prof-dir", "");
+      const prof = profDir ? ["--cpu-prof", `--cpu-prof-dir=${profDir}`] : [];
+      // The flags `lego` runs the proxy with, then extra ones for this process only, e.g. --proxy-node-flags "--trace-gc".
+      prof.push(...PROXY_NODE_FLAGS, ...strArg("proxy-node-flags", "").split(" ").filter(Boolean));
       const p = child(process.execPath, [...prof, ...tsx, "--role", "proxy", "--engine-port", String(enginePort), "--sessions", String(SESSIONS), "--rounds", String(ROUNDS), "--stats-out", stats]);
       procs.push(p.proc);
       proxyProc = p;

@@ -8,8 +8,8 @@
 import { writeFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { PerformanceObserver } from "node:perf_hooks";
-import type { EngineClient } from "../../engine/types.ts";
-import { VllmEngine } from "../../engine/vllm.ts";
+import type { EngineClient } from "../../engine/index.ts";
+import { VllmEngine } from "../../engine/index.ts";
 import { loadProxyModel } from "../model.ts";
 import { ProxyServer } from "../server.ts";
 import { QWEN3_DIR } from "../test-support.ts";
