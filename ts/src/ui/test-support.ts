@@ -8,8 +8,7 @@ import { appendFileSync, mkdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import type { TextTokenizer } from "../proxy/index.ts";
-import type { RoutingShape, Trajectory } from "../schema/index.ts";
-import { buildTrajectory } from "../schema/vectors.ts";
+import { synthetic, type RoutingShape, type Trajectory } from "../schema/index.ts";
 import { encodeTrajectoryBatch, replicate, Spool, syntheticTrajectory } from "../transport/index.ts";
 
 /** Debian's headless-capable Chromium; scripts/setup installs it (`chromium`). */
@@ -88,8 +87,8 @@ export function textTrajectory(id: string, tokenizer: TextTokenizer): Trajectory
     metrics: { turns: 2, tool_calls: 1, rereads_after_edit: 0, side_thread_turns: 0, rolled_back_turns: 0, wall_time_s: 3 },
     segments: [{ segment_id: `${id}-seg-0`, thread: "main", thread_id: "main", seal_reason: "finished", seed: 3,
       turns: encoded.map((e, i) => ({ turn_id: `${id}-turn-${i}`, prompt: e.context.length, completion: e.completion.length, tail: e.tail.length, policy_version: 2, finish_reason: "stop" })) }],
-  } as unknown as Parameters<typeof buildTrajectory>[0];
-  const t = buildTrajectory(spec, routing);
+  } as unknown as Parameters<typeof synthetic.buildTrajectory>[0];
+  const t = synthetic.buildTrajectory(spec, routing);
   t.segments[0]!.token_ids.set(encoded.flatMap((e) => [...e.context, ...e.completion, ...e.tail]));
   return t;
 }
