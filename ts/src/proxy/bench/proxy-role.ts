@@ -155,6 +155,6 @@ export async function proxyRole(enginePort: number, statsOut: string): Promise<v
     writeFileSync(statsOut, JSON.stringify(stats));
     process.exit(0);
   });
-  console.log(JSON.stringify({ sessions: sessions.map((s) => ({ url: `${s.baseUrl}/v1/chat/completions`, secret: s.secret })) }));
+  console.log(JSON.stringify({ sessions: sessions.map((s) => ({ url: s.baseUrl, secret: s.secret })) }));
 }
 
