@@ -4,7 +4,7 @@
  * address (one shared connection; `--model-dir` is the model it serves).
  */
 import { loadProxyModel } from "../proxy/index.ts";
-import type { AgentLauncher, HarnessOptions } from "../tasks/agents.ts";
+import type { AgentLauncher, HarnessOptions } from "../tasks/index.ts";
 import { ENGINES, HarnessEngineError, scriptedHarnessEngine, type ToolNames } from "./engines.ts";
 import { proxiedLauncher } from "./launcher.ts";
 import { DEFAULT_POLICY_SAMPLING, isEngineAddress, PolicyEngine, PolicyEngineError } from "./policy-engine.ts";

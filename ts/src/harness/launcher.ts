@@ -16,7 +16,7 @@ import { loadProxyModel, ProxyServer, type ProxyModel, type SessionRecords } fro
 import type { SessionRecords as RolloutSessionRecords } from "../rollout/index.ts";
 import { FORWARDER_PORT, type TaskDefinition } from "../sandbox/index.ts";
 import type { RoutingShape } from "../schema/index.ts";
-import type { AgentLauncher } from "../tasks/agents.ts";
+import type { AgentLauncher } from "../tasks/index.ts";
 import type { PolicyEngine } from "./policy-engine.ts";
 import type { Harness, HarnessLimits } from "./types.ts";
 

@@ -15,8 +15,7 @@
  * max_tokens is honoured only up to `maxTokensPerTurn`.
  */
 import { ZmqEngine, type EngineClient, type GenerateChunk, type GenerateRequest } from "../engine/index.ts";
-import type { EngineInfo } from "../schema/generated.ts";
-import type { RoutingShape } from "../schema/index.ts";
+import type { EngineInfo, RoutingShape } from "../schema/index.ts";
 import type { ProxyModel } from "../proxy/index.ts";
 
 export interface PolicySampling {

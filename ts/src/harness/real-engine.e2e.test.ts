@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RolloutRunner } from "../rollout/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS, fixtureImage, fixtureImages, leftoverContainers } from "../sandbox/test-support.ts";
 import type { TaskDefinition } from "../sandbox/index.ts";
-import { REPO_ROOT } from "../schema/vectors.ts";
+import { REPO_ROOT } from "../repo-root.ts";
 import { harnessLauncher, type AgentLauncher } from "../tasks/agents.ts";
 import type { Task } from "../tasks/task.ts";
 import { JsonLineProcess, PYTHON } from "../transport/bench-peers.ts";

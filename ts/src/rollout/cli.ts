@@ -6,7 +6,7 @@
  */
 import { randomBytes } from "node:crypto";
 import type { Argv } from "yargs";
-import type { LegoCommand } from "../cli/component.ts";
+import type { LegoCommand } from "../lego-command.ts";
 import { defaultTasksConfig, emptyAgent, harnessLauncher, openTaskSource, oracleAgent, type AgentLauncher } from "../tasks/index.ts";
 import { PolicyEngineError } from "../harness/index.ts";
 import { Sender } from "../transport/index.ts";

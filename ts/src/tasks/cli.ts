@@ -7,7 +7,7 @@
  */
 import { writeFileSync } from "node:fs";
 import type { Argv } from "yargs";
-import type { LegoCommand } from "../cli/component.ts";
+import type { LegoCommand } from "../lego-command.ts";
 import { RolloutRunner } from "../rollout/index.ts";
 import { emptyAgent, harnessLauncher, oracleAgent, type AgentLauncher } from "./agents.ts";
 import { defaultTasksConfig, type TasksConfig } from "./config.ts";
