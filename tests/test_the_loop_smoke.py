@@ -105,7 +105,7 @@ def test_the_loop_end_to_end_engine_harness_sandbox_trainer_and_back(tmp_path: P
         )
         assert trainer.stderr is not None
         receiver_address = None
-        deadline = time.monotonic() + 150
+        deadline = time.monotonic() + 300
         while receiver_address is None and time.monotonic() < deadline:
             line = trainer.stderr.readline()
             if not line:
@@ -122,7 +122,7 @@ def test_the_loop_end_to_end_engine_harness_sandbox_trainer_and_back(tmp_path: P
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         try:
-            out, err = worker_process.communicate(timeout=240)
+            out, err = worker_process.communicate(timeout=420)
         except subprocess.TimeoutExpired:
             worker_process.kill()
             raise
@@ -134,7 +134,7 @@ def test_the_loop_end_to_end_engine_harness_sandbox_trainer_and_back(tmp_path: P
         assert summary["droppedEnvErrors"] == 0 and "env_error" not in summary["statuses"]
         assert summary["sender"]["accepted"] == GROUPS and summary["sender"]["queued"] == 0
 
-        assert trainer.wait(timeout=180) == 0, trainer.stderr.read()[-3000:]
+        assert trainer.wait(timeout=300) == 0, trainer.stderr.read()[-3000:]
         final = json.loads(trainer.stdout.read().strip().splitlines()[-1]) if trainer.stdout else {}
         steps = [json.loads(l) for l in (tmp_path / "steps.jsonl").read_text().splitlines()]
         assert len(steps) == GROUPS == final["steps"]
