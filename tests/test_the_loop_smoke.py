@@ -119,7 +119,7 @@ def test_the_loop_end_to_end_engine_harness_sandbox_trainer_and_back(tmp_path: P
         worker_process = subprocess.Popen(
             [str(LEGO), "rollout", "--tasks", str(_coin_tasks(tmp_path / "tasks")), "--harness", "reference",
              "--engine", engine_address, "--model-dir", str(model), "--max-tokens-per-turn", "16", "--max-turns", "2",
-             "--group-size", str(G), "--concurrency", str(G), "--trainer", receiver_address,
+             "--group-size", str(G), "--concurrency", str(G), "--trainer", receiver_address, "--max-staleness", "1",
              "--spool-dir", str(tmp_path / "sender"), "--producer-id", "smoke"],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
