@@ -19,13 +19,13 @@ from ..model import read_config
 from ..trainer.driver import train
 from ..trainer.job import parse_job
 from ..trainer.sources import BatchSource, ReceiverSource, SpoolFolderSource
-from ..trainer.toy_task import ToyTask, routing_shape_of
+from ..toy import ToyTask, routing_shape_of
 from ..transport import Receiver, ReceiverConfig, reuse_heap_memory
 from .engine_group import start_engines
 from .runtime import connect
 from .toy_source import ToyRolloutSource
 from .trainer_group import RayPolicy, TrainerGroup
-from .weight_sync import (DiskPublishConfig, DiskWeightPublisher, EngineServerSyncConfig, EngineServerWeightSync,
+from ..weights import (DiskPublishConfig, DiskWeightPublisher, EngineServerSyncConfig, EngineServerWeightSync,
                           SglangSyncConfig, SglangWeightSync, VllmSyncConfig, VllmWeightSync, WeightPublisher)
 
 

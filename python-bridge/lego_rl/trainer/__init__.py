@@ -1,4 +1,4 @@
-"""GSPO trainer: advantages, losses, mismatch metrics (Ray wiring lives in lego_rl.cluster)."""
+"""GSPO trainer: advantages, losses, mismatch metrics, the job config (Ray wiring lives in lego_rl.cluster)."""
 
 from .advantages import GroupAdvantages, RolloutOutcome, group_advantages
 from .losses import ClippedSurrogateLoss, GrpoLoss, GspoLoss, GspoTokenLoss, LossInputs, MismatchCorrection
