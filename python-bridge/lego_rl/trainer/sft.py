@@ -176,7 +176,7 @@ def train_sft(model: torch.nn.Module, demos: list[Trajectory], config: SftConfig
         loss.backward()
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
         optimizer.step()
-        row = {"step": step + 1, "loss": float(loss), "grad_norm": grad_norm, "lr": optimizer.param_groups[0]["lr"],
+        row = {"step": step + 1, "loss": float(loss.detach()), "grad_norm": grad_norm, "lr": optimizer.param_groups[0]["lr"],
                "trainable_tokens": int(packed.targets_R.numel()), "time_s": time.perf_counter() - started}
         rows.append(row)
         if log is not None:
