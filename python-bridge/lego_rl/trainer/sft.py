@@ -157,7 +157,7 @@ def train_sft(model: torch.nn.Module, demos: list[Trajectory], config: SftConfig
     moe = model.config  # type: ignore[attr-defined]
     layers, top_k = len(moe.moe_layers), moe.num_experts_per_tok
     rng = np.random.default_rng(config.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0, fused=True)
     order: list[int] = []
     rows: list[dict[str, float]] = []
     model.train()
