@@ -27,7 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from lego_rl.cluster.weight_sync import EngineServerSyncConfig, EngineServerWeightSync
+from lego_rl.weights import EngineServerSyncConfig, EngineServerWeightSync
 from lego_rl.model.tiny import write_tiny_model
 from lego_rl.transport import read_spool_file
 
