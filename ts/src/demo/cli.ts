@@ -1,6 +1,6 @@
 import { join } from "node:path";
 import type { Argv, CommandModule } from "yargs";
-import { REPO_ROOT } from "../schema/vectors.ts";
+import { REPO_ROOT } from "../repo-root.ts";
 import { runPartialLoop } from "./partial-loop.ts";
 import { runRlLoop } from "./rl-loop.ts";
 import { DEMO_TASKS, defaultCacheRoot, ensureDemonstrations, warmStart } from "./warm-start.ts";

@@ -3,7 +3,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import { REPO_ROOT } from "../schema/vectors.ts";
+import { REPO_ROOT } from "../repo-root.ts";
 import { TransportTimeoutError } from "./errors.ts";
 
 export const PYTHON = join(REPO_ROOT, ".venv/bin/python");
