@@ -9,7 +9,7 @@ import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { REPO_ROOT } from "../schema/vectors.ts";
+import { REPO_ROOT } from "../repo-root.ts";
 import type { EvalReport } from "../tasks/index.ts";
 import { JsonLineProcess, PYTHON } from "../transport/bench-peers.ts";
 

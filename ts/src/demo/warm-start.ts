@@ -14,7 +14,7 @@ import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync 
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { REPO_ROOT } from "../schema/vectors.ts";
+import { REPO_ROOT } from "../repo-root.ts";
 import { JsonLineProcess, PYTHON } from "../transport/bench-peers.ts";
 
 const LEGO = join(REPO_ROOT, "ts/bin/lego");
