@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { REPO_ROOT } from "../repo-root.ts";
 import type { EvalReport } from "../tasks/index.ts";
-import { JsonLineProcess, PYTHON } from "../transport/bench-peers.ts";
+import { JsonLineProcess, PYTHON } from "../json-line-process.ts";
 
 const LEGO = join(REPO_ROOT, "ts/bin/lego");
 

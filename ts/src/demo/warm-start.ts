@@ -15,7 +15,7 @@ import { homedir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { REPO_ROOT } from "../repo-root.ts";
-import { JsonLineProcess, PYTHON } from "../transport/bench-peers.ts";
+import { JsonLineProcess, PYTHON } from "../json-line-process.ts";
 
 const LEGO = join(REPO_ROOT, "ts/bin/lego");
 

@@ -19,7 +19,7 @@ import type { TaskDefinition } from "../sandbox/index.ts";
 import { REPO_ROOT } from "../repo-root.ts";
 import { harnessLauncher, type AgentLauncher } from "../tasks/agents.ts";
 import type { Task } from "../tasks/task.ts";
-import { JsonLineProcess, PYTHON } from "../transport/bench-peers.ts";
+import { JsonLineProcess, PYTHON } from "../json-line-process.ts";
 import { PolicyEngineError, RUNTIMES_DIR } from "./index.ts";
 
 // Tiny model shape (lego_rl.model.tiny): 4 MoE layers, top-2 of 8 experts.
