@@ -18,7 +18,8 @@ import type { TaskDefinition } from "../sandbox/index.ts";
 export interface ToolNames {
   /** `fixed`: arguments always passed as given (Claude Code creates a file with Edit and an empty old_string). */
   write: { name: string; path: string; content: string; fixed?: Record<string, unknown> };
-  shell: { name: string; command: string };
+  /** `fixed`: arguments always passed (OpenCode's bash requires a description). */
+  shell: { name: string; command: string; fixed?: Record<string, unknown> };
   /** Absent where the harness ends on a plain answer. */
   submit?: string;
 }
@@ -52,10 +53,13 @@ export function goldScript(def: TaskDefinition, tools: ToolNames): ScriptedReply
   const replies: ScriptedReply[] = names.map((n) => ({
     text: toolCall(tools.write.name, { ...tools.write.fixed, [tools.write.path]: `${GOLD_DIR}/${n}`, [tools.write.content]: readFileSync(join(dir, n), "utf8") }),
   }));
-  replies.push({ text: toolCall(tools.shell.name, { [tools.shell.command]: `sed 's#/solution/#${GOLD_DIR}/#g' ${GOLD_DIR}/solve.sh | bash && rm -rf ${GOLD_DIR}` }) });
+  replies.push({ text: toolCall(tools.shell.name, { ...tools.shell.fixed, [tools.shell.command]: `sed 's#/solution/#${GOLD_DIR}/#g' ${GOLD_DIR}/solve.sh | bash && rm -rf ${GOLD_DIR}` }) });
   replies.push(tools.submit ? { text: toolCall(tools.submit, {}) } : { text: "Done: the fix is applied." });
   return replies;
 }
+
+/** What a scripted engine answers a call that offers no tools (a title request and the like). */
+export const SIDE_REPLY = "Fix the task";
 
 export const ANSWER_AT_ONCE: ScriptedReply[] = [{ text: "I cannot help with that; no changes made." }];
 
@@ -65,8 +69,15 @@ export function scriptedHarnessEngine(name: string, model: ProxyModel, def: Task
   if (name === "scripted-gold") script = goldScript(def, tools);
   else if (name === "answer-at-once") script = ANSWER_AT_ONCE;
   else throw new HarnessEngineError(`unknown engine ${JSON.stringify(name)} (known: ${ENGINES.join(", ")})`);
+  // The script advances only on calls that offer tools: a harness's hidden calls
+  // (OpenCode's title generation) offer none and get a short plain reply, so they
+  // neither take a step of the script nor end the rollout early.
+  let step = 0;
   return new ScriptedEngine({
-    script: (call) => script[call.index] ?? { text: "Done." },
+    script: (call) => {
+      if (!model.tokenizer.decode(Array.from(call.prompt_ids)).includes("<tools>")) return { text: SIDE_REPLY };
+      return script[step++] ?? { text: "Done." };
+    },
     encode: (t) => model.tokenizer.encode(t),
     endOfTurnId: model.codec.endOfTurnId,
   });

@@ -6,13 +6,15 @@ import { registerHarness } from "../tasks/agents.ts";
 import { ENGINES, HarnessEngineError, scriptedHarnessEngine, type ToolNames } from "./engines.ts";
 import { proxiedLauncher } from "./launcher.ts";
 import { claudeCodeHarness } from "./claude-code.ts";
+import { openCodeHarness } from "./opencode.ts";
 import { referenceHarness } from "./reference.ts";
 import type { Harness } from "./types.ts";
 
 export type { Harness, HarnessLimits, HarnessSession } from "./types.ts";
-export { ANSWER_AT_ONCE, ENGINES, goldScript, HarnessEngineError, scriptedHarnessEngine, toolCall, type ToolNames } from "./engines.ts";
+export { ANSWER_AT_ONCE, ENGINES, SIDE_REPLY, goldScript, HarnessEngineError, scriptedHarnessEngine, toolCall, type ToolNames } from "./engines.ts";
 export { proxiedLauncher, QWEN3_DIR, SERVED_MODEL, type ProxiedLauncherConfig } from "./launcher.ts";
 export { referenceHarness } from "./reference.ts";
+export { OPENCODE_VERSION, openCodeConfig, openCodeHarness } from "./opencode.ts";
 export { CLAUDE_CODE_TOOLS, CLAUDE_CODE_VERSION, claudeCodeHarness, RUNTIMES_DIR } from "./claude-code.ts";
 
 /** Per harness, the tool names its model uses for each job (what scripted engines call). */
@@ -28,6 +30,11 @@ export const HARNESS_TOOLS: Record<string, { harness: Harness; tools: ToolNames 
   "claude-code": {
     harness: claudeCodeHarness(),
     tools: { write: { name: "Edit", path: "file_path", content: "new_string", fixed: { replace_all: false, old_string: "" } }, shell: { name: "Bash", command: "command" } },
+  },
+  // OpenCode's own tools (write: filePath + content; bash needs a description); it ends on a plain answer.
+  opencode: {
+    harness: openCodeHarness(),
+    tools: { write: { name: "write", path: "filePath", content: "content" }, shell: { name: "bash", command: "command", fixed: { description: "Apply the fix" } } },
   },
 };
 
