@@ -82,7 +82,9 @@ describe("OpenCode in a real sandbox through the real proxy", () => {
     expectTokenExact(records, engine, replies);
     // What ran: OpenCode sent the tool results back on the next calls.
     const prompt = (i: number) => qwen3().tokenizer.decode(Array.from(engine.prompts[i]!));
-    expect(engine.prompts.some((_, i) => /<tool_response>\n[^]*\/tmp\/lego-gold\/solve\.sh/.test(prompt(i)) || /<tool_response>/.test(prompt(i)))).toBe(true);
+    const last = [...engine.prompts.keys()].map(prompt).filter((p) => p.includes("<tools>")).at(-1)!;
+    expect(last.match(/<tool_response>/g)).toHaveLength(replies.length - 1);
+    console.log(`opencode gold defense flags: ${JSON.stringify(outcome.defenseFlags)}`);
     expect(records.counters.tool_calls).toBe(replies.length - 1);
   }, 240_000);
 
