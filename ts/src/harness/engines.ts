@@ -17,7 +17,8 @@ import type { TaskDefinition } from "../sandbox/index.ts";
 /** The tool names one harness gives the model for each job. */
 export interface ToolNames {
   /** `fixed`: arguments always passed as given (Claude Code creates a file with Edit and an empty old_string). */
-  write: { name: string; path: string; content: string; fixed?: Record<string, unknown> };
+  /** Absent where the harness offers no file-writing tool (Codex CLI without apply_patch): files are written with the shell tool. */
+  write?: { name: string; path: string; content: string; fixed?: Record<string, unknown> };
   /** `fixed`: arguments always passed (OpenCode's bash requires a description). */
   shell: { name: string; command: string; fixed?: Record<string, unknown> };
   /** Absent where the harness ends on a plain answer. */
@@ -50,10 +51,16 @@ export function goldScript(def: TaskDefinition, tools: ToolNames): ScriptedReply
     throw new HarnessEngineError(`task ${def.name} has no solution/: scripted-gold has nothing to replay`, { cause: e });
   }
   if (!names.includes("solve.sh")) throw new HarnessEngineError(`task ${def.name} has no solution/solve.sh: scripted-gold has nothing to replay`);
-  const replies: ScriptedReply[] = names.map((n) => ({
-    text: toolCall(tools.write.name, { ...tools.write.fixed, [tools.write.path]: `${GOLD_DIR}/${n}`, [tools.write.content]: readFileSync(join(dir, n), "utf8") }),
-  }));
-  replies.push({ text: toolCall(tools.shell.name, { ...tools.shell.fixed, [tools.shell.command]: `sed 's#/solution/#${GOLD_DIR}/#g' ${GOLD_DIR}/solve.sh | bash && rm -rf ${GOLD_DIR}` }) });
+  const shell = (command: string) => toolCall(tools.shell.name, { ...tools.shell.fixed, [tools.shell.command]: command });
+  const write = tools.write;
+  const replies: ScriptedReply[] = names.map((n) => {
+    const path = `${GOLD_DIR}/${n}`;
+    const content = readFileSync(join(dir, n), "utf8");
+    if (write) return { text: toolCall(write.name, { ...write.fixed, [write.path]: path, [write.content]: content }) };
+    // base64 keeps the file byte-exact through the shell's quoting.
+    return { text: shell(`mkdir -p '${path.slice(0, path.lastIndexOf("/"))}' && printf %s '${Buffer.from(content).toString("base64")}' | base64 -d > '${path}'`) };
+  });
+  replies.push({ text: shell(`sed 's#/solution/#${GOLD_DIR}/#g' ${GOLD_DIR}/solve.sh | bash && rm -rf ${GOLD_DIR}`) });
   replies.push(tools.submit ? { text: toolCall(tools.submit, {}) } : { text: "Done: the fix is applied." });
   return replies;
 }

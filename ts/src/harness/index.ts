@@ -7,6 +7,7 @@ import { ENGINES, HarnessEngineError, scriptedHarnessEngine, type ToolNames } fr
 import { proxiedLauncher } from "./launcher.ts";
 import { claudeCodeHarness } from "./claude-code.ts";
 import { openCodeHarness } from "./opencode.ts";
+import { codexHarness } from "./codex.ts";
 import { referenceHarness } from "./reference.ts";
 import type { Harness } from "./types.ts";
 
@@ -15,6 +16,7 @@ export { ANSWER_AT_ONCE, ENGINES, SIDE_REPLY, goldScript, HarnessEngineError, sc
 export { proxiedLauncher, QWEN3_DIR, SERVED_MODEL, type ProxiedLauncherConfig } from "./launcher.ts";
 export { referenceHarness } from "./reference.ts";
 export { OPENCODE_VERSION, openCodeConfig, openCodeHarness } from "./opencode.ts";
+export { CODEX_VERSION, codexConfig, codexHarness } from "./codex.ts";
 export { CLAUDE_CODE_TOOLS, CLAUDE_CODE_VERSION, claudeCodeHarness, RUNTIMES_DIR } from "./claude-code.ts";
 
 /** Per harness, the tool names its model uses for each job (what scripted engines call). */
@@ -35,6 +37,12 @@ export const HARNESS_TOOLS: Record<string, { harness: Harness; tools: ToolNames 
   opencode: {
     harness: openCodeHarness(),
     tools: { write: { name: "write", path: "filePath", content: "content" }, shell: { name: "bash", command: "command", fixed: { description: "Apply the fix" } } },
+  },
+  // Codex CLI 0.171.0 offers a model it has no metadata for exec_command (unified exec) and no
+  // apply_patch: the gold files are written through the shell. It ends on a plain answer.
+  codex: {
+    harness: codexHarness(),
+    tools: { shell: { name: "exec_command", command: "cmd" } },
   },
 };
 
