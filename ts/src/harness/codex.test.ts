@@ -69,12 +69,14 @@ describe("Codex CLI in a real sandbox through the real proxy", () => {
       for (const span of s.turns) expect(Array.from(turns.get(span.turn_id)!.completion_ids)).toEqual(encoded(SIDE_REPLY));
     }
     expect(records.turns).toHaveLength(engine.callCount);
+    // 0.171.0 under exec makes no hidden call (no title, no compaction on these short runs).
+    expect(records.side_thread_ids).toEqual([]);
   }
 
   it(`scripted-gold (codex ${CODEX_VERSION}): exec_command writes the gold files and runs solve.sh, a plain answer ends it; reward 1`, async () => {
     const { outcome, report, engine, records } = await rollout("scripted-gold", "codex-gold");
     expect(outcome).toMatchObject({ status: "ok", reward: 1 });
-    expect(outcome.defenseFlags.filter((f) => f !== "git_history_probe")).toEqual([]);
+    expect(outcome.defenseFlags).toEqual([]);
     const replies = goldScript(fix.task, entry.tools);
     expect(report).toMatchObject({ harness: "codex", segments: 1 + records.side_thread_ids.length });
     expectTokenExact(records, engine, replies);
@@ -82,14 +84,13 @@ describe("Codex CLI in a real sandbox through the real proxy", () => {
     const prompt = (i: number) => qwen3().tokenizer.decode(Array.from(engine.prompts[i]!));
     const last = [...engine.prompts.keys()].map(prompt).filter((p) => p.includes("<tools>")).at(-1)!;
     expect(last.match(/<tool_response>/g)).toHaveLength(replies.length - 1);
-    console.log(`codex gold defense flags: ${JSON.stringify(outcome.defenseFlags)}`);
     expect(records.counters.tool_calls).toBe(replies.length - 1);
   }, 240_000);
 
   it("answer-at-once: one plain answer, nothing changed; reward 0", async () => {
     const { outcome, engine, records } = await rollout("answer-at-once", "codex-answer");
     expect(outcome).toMatchObject({ status: "ok", reward: 0 });
-    expect(outcome.defenseFlags.filter((f) => f !== "git_history_probe")).toEqual([]);
+    expect(outcome.defenseFlags).toEqual([]);
     expectTokenExact(records, engine, ANSWER_AT_ONCE);
     expect(records.counters.tool_calls).toBe(0);
   }, 240_000);

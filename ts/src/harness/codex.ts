@@ -59,13 +59,14 @@ export function codexHarness(runtimesDir = RUNTIMES_DIR): Harness {
       return {
         script: [
           // CODEX_HOME must be writable (its state databases); the config is copied there.
-          `mkdir -p ${HOME} && cp /${DIR}/codex-config.toml ${HOME}/config.toml &&`,
+          `mkdir -p ${HOME}/tmp && cp /${DIR}/codex-config.toml ${HOME}/config.toml &&`,
           `LEGO_API_KEY="$(cat /${DIR}/secret)" exec ${BIN} exec --json --ephemeral --skip-git-repo-check`,
           "--dangerously-bypass-approvals-and-sandbox -C /workspace",
           `"$(cat /${DIR}/instruction.md)"`,
           "> /tmp/lego-codex-events.jsonl",
         ].join(" "),
-        env: { CODEX_HOME: HOME },
+        // TMPDIR: without it 0.171.0 writes under /var/tmp, outside the workspace and /tmp.
+        env: { CODEX_HOME: HOME, TMPDIR: `${HOME}/tmp` },
         files: [file("secret", session.secret), file("instruction.md", def.instruction), file("codex-config.toml", codexConfig(session))],
       };
     },

@@ -60,7 +60,8 @@ export function goldScript(def: TaskDefinition, tools: ToolNames): ScriptedReply
     // base64 keeps the file byte-exact through the shell's quoting.
     return { text: shell(`mkdir -p '${path.slice(0, path.lastIndexOf("/"))}' && printf %s '${Buffer.from(content).toString("base64")}' | base64 -d > '${path}'`) };
   });
-  replies.push({ text: shell(`sed 's#/solution/#${GOLD_DIR}/#g' ${GOLD_DIR}/solve.sh | bash && rm -rf ${GOLD_DIR}`) });
+  // No clean-up of GOLD_DIR (in /tmp, not graded): Codex CLI refuses `rm -rf` under approval_policy "never".
+  replies.push({ text: shell(`sed 's#/solution/#${GOLD_DIR}/#g' ${GOLD_DIR}/solve.sh | bash`) });
   replies.push(tools.submit ? { text: toolCall(tools.submit, {}) } : { text: "Done: the fix is applied." });
   return replies;
 }

@@ -18,6 +18,12 @@ import type { Task } from "../tasks/task.ts";
 import { ANSWER_AT_ONCE, HARNESS_TOOLS, OPENCODE_VERSION, RUNTIMES_DIR, SIDE_REPLY, goldScript, proxiedLauncher, scriptedHarnessEngine } from "./index.ts";
 
 const entry = HARNESS_TOOLS.opencode!;
+/**
+ * At start OpenCode's Vcs service finds the default branch with `git for-each-ref
+ * refs/heads`, which the sandbox's git shim counts as a history probe (monitoring
+ * only, reward unchanged). No config turns that service off; the detector stays as it is.
+ */
+const OPENCODE_GIT_FLAG = "git_history_probe";
 beforeAll(fixtureImages, IMAGE_BUILD_TIMEOUT_MS);
 
 describe("OpenCode in a real sandbox through the real proxy", () => {
@@ -74,9 +80,7 @@ describe("OpenCode in a real sandbox through the real proxy", () => {
 
   it(`scripted-gold (opencode ${OPENCODE_VERSION}): write creates the gold files, bash runs solve.sh, a plain answer ends it; reward 1`, async () => {
     const { outcome, report, engine, records } = await rollout("scripted-gold", "opencode-gold");
-    // git_history_probe is monitoring only: OpenCode lists local branches (for-each-ref refs/heads) at start.
-    expect(outcome).toMatchObject({ status: "ok", reward: 1 });
-    expect(outcome.defenseFlags.filter((f) => f !== "git_history_probe")).toEqual([]);
+    expect(outcome).toMatchObject({ status: "ok", reward: 1, defenseFlags: [OPENCODE_GIT_FLAG] });
     const replies = goldScript(fix.task, entry.tools);
     expect(report).toMatchObject({ harness: "opencode", segments: 1 + records.side_thread_ids.length });
     expectTokenExact(records, engine, replies);
@@ -84,14 +88,12 @@ describe("OpenCode in a real sandbox through the real proxy", () => {
     const prompt = (i: number) => qwen3().tokenizer.decode(Array.from(engine.prompts[i]!));
     const last = [...engine.prompts.keys()].map(prompt).filter((p) => p.includes("<tools>")).at(-1)!;
     expect(last.match(/<tool_response>/g)).toHaveLength(replies.length - 1);
-    console.log(`opencode gold defense flags: ${JSON.stringify(outcome.defenseFlags)}`);
     expect(records.counters.tool_calls).toBe(replies.length - 1);
   }, 240_000);
 
   it("answer-at-once: one plain answer, nothing changed; reward 0", async () => {
     const { outcome, engine, records } = await rollout("answer-at-once", "opencode-answer");
-    expect(outcome).toMatchObject({ status: "ok", reward: 0 });
-    expect(outcome.defenseFlags.filter((f) => f !== "git_history_probe")).toEqual([]);
+    expect(outcome).toMatchObject({ status: "ok", reward: 0, defenseFlags: [OPENCODE_GIT_FLAG] });
     expectTokenExact(records, engine, ANSWER_AT_ONCE);
     expect(records.counters.tool_calls).toBe(0);
   }, 240_000);
