@@ -7,15 +7,12 @@
 #   OUT/harness/             npm packages: Claude Code, OpenCode, Codex CLI (pinned below);
 #                            OUT/harness/bin/rg is the ripgrep Codex ships (OpenCode
 #                            downloads one at start when none is on PATH)
-#   OUT/python/              a copy of a CPython >= 3.12 prefix (the OpenHands SDK
-#                            needs 3.12; Debian bookworm has 3.11) with the
-#                            OpenHands SDK installed into it  [--with-openhands PREFIX]
-#                            e.g. PREFIX=$(pyenv prefix 3.12.1)
-# Mount them as RuntimeMount {name: "node" | "harness" | "python", hostPath: OUT/<name>};
-# inside they are /opt/lego-runtimes/<name>. Run the Python one as
-#   LD_LIBRARY_PATH=/opt/lego-runtimes/python/lib /opt/lego-runtimes/python/bin/python3 -m …
-# (a pyenv build links libpython by its original path; console-script shebangs
-# name host paths, so use `-m`).
+#   OUT/python/, OUT/openhands/, OUT/mini-swe-agent/
+#                            CPython 3.12.1 and the Python harnesses, built by
+#                            build-python-runtimes.sh [--with-openhands PREFIX:
+#                            the CPython prefix to copy, default pyenv's 3.12.1]
+# Mount them as RuntimeMount {name: "node" | "harness" | …, hostPath: OUT/<name>};
+# inside they are /opt/lego-runtimes/<name>.
 # OUT/manifest.json records the pinned versions built there (other keys are kept);
 # `$0 OUT --check` exits 0 when it matches these pins, which is how scripts/setup
 # skips the build (minutes, ~1.5 GB) when the cache is current.
@@ -24,7 +21,6 @@ set -euo pipefail
 CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.332}"
 OPENCODE_VERSION="${OPENCODE_VERSION:-1.18.33}"
 CODEX_VERSION="${CODEX_VERSION:-0.171.0}"
-OPENHANDS_SDK_VERSION="${OPENHANDS_SDK_VERSION:-}"
 
 usage() { echo "usage: $0 OUT_DIR [--check | --with-openhands PYTHON_PREFIX]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
@@ -53,7 +49,8 @@ manifest() {
 }
 
 if [ "$check" = 1 ]; then
-  manifest check && [ -x "$out/harness/node_modules/@anthropic-ai/claude-code-linux-x64/claude" ] && [ -x "$out/harness/bin/rg" ] && [ -x "$out/node/bin/node" ]
+  manifest check && [ -x "$out/harness/node_modules/@anthropic-ai/claude-code-linux-x64/claude" ] && [ -x "$out/harness/bin/rg" ] && [ -x "$out/node/bin/node" ] &&
+    "$(dirname "$0")/build-python-runtimes.sh" "$out" --check
   exit
 fi
 
@@ -67,12 +64,8 @@ npm install --prefix "$out/harness" --no-audit --no-fund \
 mkdir -p "$out/harness/bin"
 ln -sfn ../node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/codex-path/rg "$out/harness/bin/rg"
 
-if [ -n "$py_prefix" ]; then
-  rm -rf "$out/python"
-  cp -a "$py_prefix" "$out/python"
-  "$out/python/bin/python3" -m pip install -q --no-warn-script-location --root-user-action=ignore \
-    "openhands-sdk${OPENHANDS_SDK_VERSION:+==$OPENHANDS_SDK_VERSION}"
-fi
+# CPython 3.12.1 with the OpenHands SDK and mini-swe-agent (own pins and stamp).
+"$(dirname "$0")/build-python-runtimes.sh" "$out" ${py_prefix:+--python-prefix "$py_prefix"}
 
 chmod -R a+rX "$out"
 echo "runtimes in $out:"
@@ -80,6 +73,5 @@ echo "runtimes in $out:"
 "$out/harness/node_modules/.bin/opencode" --version
 "$out/harness/node_modules/.bin/codex" --version
 "$out/harness/bin/rg" --version | head -1
-if [ -n "$py_prefix" ]; then "$out/python/bin/python3" -c 'import openhands.sdk; print("openhands-sdk importable")'; fi
 # Last: a build that failed above leaves the manifest as it was, so set-up tries again.
 manifest write

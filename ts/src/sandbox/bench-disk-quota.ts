@@ -1,19 +1,20 @@
 /**
- * Disk-quota benchmark (not a test): `pnpm bench:disk-quota`.
+ * Disk-quota benchmark (not a test): `pnpm bench:disk-quota [--n 30]`.
  * What the per-container quota (disk-quota.ts: a loop-mounted ext4 under the
  * writable layer) adds to a container start: start → first exec of a cached
  * task image, with the default 1 GiB quota and without (diskBytes 0),
  * interleaved so both see the same machine state. Two containers start per
- * rollout (agent, grading). `BENCH_N` (default 30) sets the pairs.
+ * rollout (agent, grading). `--n` (default 30) sets the pairs.
  * The last line is one JSON object.
  */
+import { benchFlags, positiveInt } from "../bench/index.ts";
 import { Sandbox } from "./container.ts";
 import { containersOfRun } from "./reaper.ts";
 import { currentRun } from "./run-identity.ts";
 import { fixtureImage } from "./test-support.ts";
 import { DEFAULT_LIMITS } from "./types.ts";
 
-const N = Number(process.env.BENCH_N ?? 30);
+const N = positiveInt("n", benchFlags({ n: { default: "30", describe: "pairs" } }).n);
 
 function pct(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);

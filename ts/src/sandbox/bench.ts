@@ -1,5 +1,6 @@
 /**
- * Sandbox benchmark (not a test): `cd ts && pnpm exec tsx src/sandbox/bench.ts`.
+ * Sandbox benchmark (not a test): `pnpm bench:sandbox [--n 30] [--concurrent 32]`:
+ * --n pairs per start figure, --concurrent rollouts at once.
  * Measures, on the machine it runs on:
  *   - start→first exec output of a cached image (create + start + `echo ok`), p50/p99, against
  *     `docker run --rm --network none` with the same limits, and the same pair counting removal;
@@ -13,6 +14,7 @@ import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { benchFlags, positiveInt } from "../bench/index.ts";
 import { ensureBaseImage } from "./base-image.ts";
 import { Sandbox } from "./container.ts";
 import { dockerClient } from "./docker.ts";
@@ -25,8 +27,12 @@ import { ensureTaskImage } from "./task-image.ts";
 import { fixtureImage } from "./test-support.ts";
 import { WarmPool } from "./warm-pool.ts";
 
-const N = Number(process.env.BENCH_N ?? 30);
-const CONCURRENT = Number(process.env.BENCH_CONCURRENT ?? 32);
+const flags = benchFlags({
+  n: { default: "30", describe: "pairs per start figure" },
+  concurrent: { default: "32", describe: "rollouts at once" },
+});
+const N = positiveInt("n", flags.n);
+const CONCURRENT = positiveInt("concurrent", flags.concurrent);
 
 function pct(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);

@@ -4,15 +4,17 @@
  * cache. Also: what one image per family saves — building one image per
  * variant (each exported as a self-contained Harbor task) against laying the
  * variant over the shared image.
- *   BENCH_N        easy tasks checked (default 20)
- *   BENCH_SOURCE   another task source to check instead (e.g. builtin)
- *   BENCH_POOL     warm containers per image and stage (default 1)
+ *   --n N          easy tasks checked (default 20)
+ *   --source SRC   another task source to check instead (e.g. builtin), its first N tasks
+ *   --pool N       warm containers per image and stage (default 1)
+ * (`pnpm bench:tasks --n 20 --source builtin`)
  * The last line is {"bench":"tasks","tasks_per_min":…}.
  */
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
+import { benchFlags, positiveInt } from "../bench/index.ts";
 import { RolloutRunner } from "../rollout/index.ts";
 import { ensureBaseImage, ensureTaskImage, loadTask, taskImageTag } from "../sandbox/index.ts";
 import { defaultTasksConfig } from "./config.ts";
@@ -20,9 +22,14 @@ import { exportHarbor } from "./export.ts";
 import { checkHealth, HealthStore } from "./health.ts";
 import { openTaskSource } from "./sources.ts";
 
-const n = Number(process.env.BENCH_N ?? 20);
-const source = process.env.BENCH_SOURCE ?? `easy:seed=99,count=${n}`;
-const pool = Number(process.env.BENCH_POOL ?? 1);
+const flags = benchFlags({
+  n: { default: "20", describe: "tasks checked" },
+  source: { describe: "a task source to check instead of easy, its first N tasks" },
+  pool: { default: "1", describe: "warm containers per image and stage" },
+});
+const n = positiveInt("n", flags.n);
+const source = flags.source ?? `easy:seed=99,count=${n}`;
+const pool = positiveInt("pool", flags.pool);
 const work = mkdtempSync(join(tmpdir(), "lego-bench-tasks-"));
 // Sources and generated environments from the usual cache (the builtin suite lives there); health results start empty.
 const cfg = defaultTasksConfig();
@@ -34,7 +41,7 @@ try {
   const load0 = loadavg()[0]!;
   const t0 = performance.now();
   const set = await openTaskSource(source, cfg);
-  const tasks = process.env.BENCH_SOURCE ? set.tasks.slice(0, n) : set.tasks;
+  const tasks = flags.source ? set.tasks.slice(0, n) : set.tasks;
   await Promise.all(tasks.map((t) => t.definition()));
   const openMs = performance.now() - t0;
   const runner = await RolloutRunner.create({ concurrency: 2, maxAttempts: 1, warmPoolSize: pool });

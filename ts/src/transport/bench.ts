@@ -31,7 +31,7 @@ import { trajectoryTokens } from "./batcher.ts";
 import { Sender } from "./sender.ts";
 import { syntheticTrajectory } from "./workload.ts";
 
-const { values: args } = parseArgs({ options: { quick: { type: "boolean", default: false }, "spool-root": { type: "string", default: tmpdir() }, "shm-root": { type: "string", default: "/dev/shm" } } });
+const { values: args } = parseArgs({ options: { quick: { type: "boolean", default: false }, "spool-root": { type: "string", default: tmpdir() }, "shm-root": { type: "string", default: "/dev/shm" }, "plain-malloc": { type: "boolean", default: false } } });
 const ROUTING: RoutingShape = { layers: 48, top_k: 8, num_experts: 128 }; // Qwen3-30B-A3B-like: 48 layers, top-8 of 128
 const root = mkdtempSync(join(args["spool-root"]!, "lego-bench-"));
 const shmRoot = args["shm-root"] ? mkdtempSync(join(args["shm-root"], "lego-bench-")) : null;
@@ -94,7 +94,7 @@ class TransportSession {
       "-m", "lego_rl.transport", "receive", "--bind", "tcp://127.0.0.1:*", "--spool", fresh(`${handover}-rx`, dir), "--report", "--quiet", "--credits", "8",
       ...(handover === "consumer" ? ["--handover", "consumer"] : ["--release-consumed"]),
       // The receiver sets glibc's heap thresholds itself (lego_rl/transport/heap.py); this shows the cost without.
-      ...(process.env.LEGO_BENCH_PLAIN_MALLOC ? ["--no-tune-malloc"] : []),
+      ...(args["plain-malloc"] ? ["--no-tune-malloc"] : []),
     ]);
     const listening = await receiver.waitFor((e) => e.type === "listening");
     // As many unacked batches as the receiver grants credits: more would only queue (and add latency).

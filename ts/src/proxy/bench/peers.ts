@@ -1,6 +1,6 @@
 /** Child processes of the proxy benchmark: its own roles, and the peers it measures against (nginx, LiteLLM). */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { availableParallelism, tmpdir } from "node:os";
@@ -79,7 +79,7 @@ http {
     proc.kill();
     return null;
   }
-  return { proc, url: `http://127.0.0.1:${port}/v1/chat/completions`, log: join(dir, "hop.log") };
+  return { proc, url: `http://127.0.0.1:${port}`, log: join(dir, "hop.log") };
 }
 
 /** nginx's own share of each request: $request_time - $upstream_response_time (ms; nginx logs with 1 ms resolution). */
@@ -94,8 +94,9 @@ export function nginxAdded(log: string, skip: number): number[] {
     });
 }
 
-export async function startLitellm(enginePort: number): Promise<{ proc: ChildProcess; url: string } | null> {
-  const bin = process.env["LITELLM_BIN"] ?? (existsSync("/tmp/litellm-venv/bin/litellm") ? "/tmp/litellm-venv/bin/litellm" : "litellm");
+/** `bin`: the litellm binary (`pnpm bench:proxy` passes the one scripts/bench-peers installs); "" looks on PATH. */
+export async function startLitellm(enginePort: number, bin = ""): Promise<{ proc: ChildProcess; url: string } | null> {
+  bin ||= "litellm";
   const env = { ...process.env, LITELLM_LOCAL_MODEL_COST_MAP: "True", LITELLM_LOG: "ERROR", LITELLM_MASTER_KEY: "sk-bench" };
   if (spawnSync(bin, ["--version"], { timeout: 60_000, env }).status !== 0) return null;
   const dir = mkdtempSync(join(tmpdir(), "bench-litellm-"));
@@ -107,6 +108,6 @@ export async function startLitellm(enginePort: number): Promise<{ proc: ChildPro
     proc.kill();
     return null;
   }
-  return { proc, url: `http://127.0.0.1:${port}/v1/chat/completions` };
+  return { proc, url: `http://127.0.0.1:${port}` };
 }
 
