@@ -48,7 +48,8 @@ describe("OpenCode in a real sandbox through the real proxy", () => {
       harness: entry.harness,
       engineName,
       model: qwen3(),
-      limits: { maxTurns: 8, timeoutSec: 150 },
+      // OpenCode takes 30 s a rollout on an idle host and 150 s at load 20 on 2 cores: the bound leaves room for that.
+      limits: { maxTurns: 8, timeoutSec: 400 },
       engine: (model, def) => (engine = scriptedHarnessEngine(engineName, model, def, entry.tools)),
       onRecords: (_id, r) => (records = r),
     });
@@ -89,12 +90,12 @@ describe("OpenCode in a real sandbox through the real proxy", () => {
     const last = [...engine.prompts.keys()].map(prompt).filter((p) => p.includes("<tools>")).at(-1)!;
     expect(last.match(/<tool_response>/g)).toHaveLength(replies.length - 1);
     expect(records.counters.tool_calls).toBe(replies.length - 1);
-  }, 240_000);
+  }, 480_000);
 
   it("answer-at-once: one plain answer, nothing changed; reward 0", async () => {
     const { outcome, engine, records } = await rollout("answer-at-once", "opencode-answer");
     expect(outcome).toMatchObject({ status: "ok", reward: 0, defenseFlags: [OPENCODE_GIT_FLAG] });
     expectTokenExact(records, engine, ANSWER_AT_ONCE);
     expect(records.counters.tool_calls).toBe(0);
-  }, 240_000);
+  }, 480_000);
 });
