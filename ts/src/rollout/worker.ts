@@ -12,7 +12,7 @@ import { ConcurrencyLimit, ensureBaseImage, ensureTaskImage, isSandboxEnvError, 
 import type { AgentLauncher, Task } from "../tasks/index.ts";
 import type { RolloutEvents } from "./events.ts";
 import type { RolloutRunner } from "./runner.ts";
-import { mayStartRollout, type StalenessBound } from "./staleness.ts";
+import { mayStartRollout, staleAtShip, type StalenessBound } from "./staleness.ts";
 import { buildTrajectory, type SessionRecords } from "./trajectory.ts";
 
 /** The part of the data plane's Sender the worker uses (the real Sender in production and tests). */
@@ -130,6 +130,10 @@ export async function runWorkerLoop(
     const all = await Promise.all(Array.from({ length: opts.groupSize }, (_, i) => rollout(task, def, groupId, `${groupId}.r${i}`)));
     const graded = all.filter((t) => t.status !== "env_error");
     const dropped = all.length - graded.length;
+    // Flagged on the event stream as they ship (the trainer sees each turn's version on the record itself).
+    for (const s of staleAtShip(opts.staleness, graded, sink.policyVersion?.version ?? null)) {
+      events.emit({ kind: "over_staleness_bound", groupId, ...s, maxStaleness: opts.staleness.maxStaleness! });
+    }
     if (graded.length) await sink.send(graded, opts.routing);
     result.groupsShipped += graded.length ? 1 : 0;
     result.trajectoriesShipped += graded.length;
