@@ -24,7 +24,7 @@ from lego_rl.engine import Engine, EngineConfig
 from lego_rl.model import load_model
 from lego_rl.model.tiny import write_tiny_model
 from lego_rl.trainer.checkpoint import CheckpointStore
-from lego_rl.trainer.toy_task import ToyTask, rollout_batch
+from lego_rl.toy import ToyTask, rollout_batch
 
 REPO = Path(__file__).resolve().parents[1]
 TSX = REPO / "ts" / "node_modules" / ".bin" / "tsx"

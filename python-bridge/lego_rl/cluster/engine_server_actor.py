@@ -20,7 +20,7 @@ import torch
 
 from lego_rl.engine.server import EngineServerConfig
 
-from .weight_sync import EngineServerSyncConfig, EngineServerWeightSync
+from ..weights import EngineServerSyncConfig, EngineServerWeightSync
 
 
 class EngineServerHost:

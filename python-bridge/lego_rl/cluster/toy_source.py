@@ -10,7 +10,7 @@ import ray
 from ..schema import decode_batch
 from ..schema.routing import RoutingShape
 from ..trainer.sources import TrainingBatch
-from ..trainer.toy_task import ToyTask, toy_batch, toy_requests
+from ..toy import ToyTask, toy_batch, toy_requests
 
 
 @dataclass(kw_only=True, slots=True)

@@ -25,7 +25,7 @@ from ..trainer.advantages import GroupAdvantages
 from ..trainer.checkpoint import CheckpointError, CheckpointStore, TrainerPosition
 from ..trainer.packing import pack_step, split_for_ranks
 from ..trainer.step import PolicyUpdater, StepConfig
-from .weight_sync import WeightPublisher
+from ..weights import WeightPublisher
 
 
 @ray.remote

@@ -2,67 +2,49 @@
 
 The Ray application (`python -m lego_rl.cluster.train`) runs the same loop with
 trainer ranks and engine replicas as actors; this entry point is the
-single-process form that tests and notebooks use.
+single-process form that tests and notebooks use. Both parse their flags and
+--config file into one JobConfig (lego_rl/trainer/job.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
-from dataclasses import fields
-from pathlib import Path
 
 import torch
 
-from ..model import load_model
-from .driver import LocalPolicy, LoopConfig, train
-from .sources import ReceiverSource, SpoolFolderSource
-from .step import PolicyUpdater, StepConfig
 from ..entry import run_entry
+from ..model import load_model
+from .driver import LocalPolicy, train
+from .job import parse_job
+from .sources import ReceiverSource, SpoolFolderSource
+from .step import PolicyUpdater
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lego_rl.trainer", description=__doc__)
-    parser.add_argument("--model", type=Path, required=True, help="HF-layout model directory (config.json + safetensors)")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--spool", type=Path, help="folder of Trajectory .arrow batches")
-    source.add_argument("--receive", metavar="ADDRESS", help="bind the data-plane receiver here, e.g. tcp://127.0.0.1:5555")
-    parser.add_argument("--receiver-spool", type=Path, default=Path("var/receiver"), help="the receiver's durable spool")
-    parser.add_argument("--handover", choices=["spool", "consumer"], default="spool",
-                        help="what a batch's ack waits for: the receiver's spool copy (kept for notebooks) or this "
-                             "trainer's checkpoint (no receiver copy, less CPU; docs/transport.md)")
-    parser.add_argument("--checkpoints", type=Path, required=True, help="checkpoint folder; training resumes from it")
-    parser.add_argument("--max-steps", type=int, default=None)
-    parser.add_argument("--max-staleness", type=int, default=None, metavar="VERSIONS",
-                        help="exclude rollouts sampled by weights more than this many versions old (0: on-policy only)")
-    parser.add_argument("--log", type=Path, default=None, help="append one JSON line of metrics per step")
-    parser.add_argument("--loss", choices=["gspo", "gspo_token", "grpo"], default="gspo")
-    parser.add_argument("--lr", type=float, default=StepConfig().lr)
-    parser.add_argument("--no-replay", action="store_true", help="do not replay recorded routing (for comparison only)")
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    model = load_model(args.model)
-    config = StepConfig(loss=args.loss, lr=args.lr, replay_routing=not args.no_replay)
-    updater = PolicyUpdater(model, config)
+    job = parse_job(argv, "local", prog="python -m lego_rl.trainer", description=__doc__)
+    torch.set_num_threads(job.training.threads)
+    model = load_model(job.model.path)
+    updater = PolicyUpdater(model, job.step_config())
     moe = model.config
     policy = LocalPolicy(updater=updater, layers=len(moe.moe_layers), top_k=moe.num_experts_per_tok)
-    log = open(args.log, "a", encoding="utf-8") if args.log else sys.stdout
+    log = open(job.training.log, "a", encoding="utf-8") if job.training.log else sys.stdout
     receiver = None
-    if args.receive:
+    if job.source.receive:
         from ..transport import Receiver, ReceiverConfig, reuse_heap_memory
 
         reuse_heap_memory()
-        receiver = Receiver(ReceiverConfig(bind=args.receive, spool_dir=args.receiver_spool, handover=args.handover))
+        receiver = Receiver(ReceiverConfig(bind=job.source.receive, spool_dir=job.source.receiver_spool,
+                                           handover=job.source.handover))
         batches = ReceiverSource(receiver=receiver)
         print(f"trainer: receiving on {receiver.address}", file=sys.stderr, flush=True)
     else:
-        batches = SpoolFolderSource(folder=args.spool)
+        assert job.source.spool is not None  # parse_job admits exactly one source
+        batches = SpoolFolderSource(folder=job.source.spool)
     try:
         position = train(
             batches,
             policy,
-            LoopConfig(checkpoint_dir=args.checkpoints, max_steps=args.max_steps, max_staleness=args.max_staleness),
+            job.loop_config(),
             log=log,
             announce=batches.announce if isinstance(batches, ReceiverSource) else None,
         )

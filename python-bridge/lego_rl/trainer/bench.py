@@ -36,7 +36,7 @@ from .advantages import group_advantages
 from .driver import outcome_of
 from .packing import pack_step, trajectories_of
 from .step import PolicyUpdater, StepConfig
-from .toy_task import ToyTask, rollout_batch
+from ..toy import ToyTask, rollout_batch
 
 PROMPTS = tuple(f"task {i}: write" for i in range(4))
 LOWERCASE = frozenset(range(ord("a"), ord("z") + 1))

@@ -23,8 +23,8 @@ from .packing import pack_step, trajectories_of
 from .sources import BatchSource
 from .step import PolicyUpdater
 
-if TYPE_CHECKING:  # the publishers live in cluster/ (HTTP to inference servers); the loop only calls them
-    from ..cluster.weight_sync import WeightPublisher
+if TYPE_CHECKING:  # the publishers live in weights/ (HTTP to inference servers); the loop only calls them
+    from ..weights import WeightPublisher
 
 
 class Policy(Protocol):

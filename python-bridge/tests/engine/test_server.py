@@ -246,7 +246,7 @@ def test_the_ray_actor_serves_the_engine_over_zeromq(model_dir: Path, tmp_path: 
         assert len(chunks) == 3 and result.finish_reason == "length"
         assert ray.get(actor.stats.remote())["results"] == 1
         # A weights folder as the trainer publishes it reaches the engine through the actor's own socket.
-        from lego_rl.cluster.weight_sync import DiskPublishConfig, DiskWeightPublisher
+        from lego_rl.weights import DiskPublishConfig, DiskWeightPublisher
 
         disk = DiskWeightPublisher(config=DiskPublishConfig(root=tmp_path / "weights", model_dir=model_dir))
         disk.publish(1, load_model(model_dir).state_dict())

@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from lego_rl.cluster.weight_sync import DiskPublishConfig, DiskWeightPublisher
+from lego_rl.weights import DiskPublishConfig, DiskWeightPublisher
 from lego_rl.engine import Engine, EngineConfig, GenerationRequest, SamplingParams, TokenEvent
 from lego_rl.engine.server import EngineServer, EngineServerConfig
 from lego_rl.model import MoeForCausalLM, load_model

@@ -54,7 +54,7 @@ def test_routing_replay_keeps_cuda_bf16_engine_and_fp32_trainer_correlated(model
     from lego_rl.trainer.advantages import GroupAdvantages
     from lego_rl.trainer.mismatch import mismatch_metrics
     from lego_rl.trainer.packing import pack_step, trajectories_of
-    from lego_rl.trainer.toy_task import ToyTask, rollout_batch
+    from lego_rl.toy import ToyTask, rollout_batch
 
     engine = Engine.from_model_dir(model_dir, EngineConfig(dtype="bfloat16", device="cuda"))
     task = ToyTask(prompts=tuple(tuple(f"task {i}: write".encode()) for i in range(4)),

@@ -21,7 +21,7 @@ from lego_rl.trainer.advantages import GroupAdvantages
 from lego_rl.trainer.driver import outcome_of
 from lego_rl.trainer.packing import pack_step, trajectories_of
 from lego_rl.trainer.step import PolicyUpdater, StepConfig, recompute_logprobs
-from lego_rl.trainer.toy_task import ToyTask, rollout_batch
+from lego_rl.toy import ToyTask, rollout_batch
 
 LOWERCASE = frozenset(range(ord("a"), ord("z") + 1))
 

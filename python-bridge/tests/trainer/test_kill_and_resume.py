@@ -14,7 +14,7 @@ import pytest
 from lego_rl.engine import Engine, EngineConfig
 from lego_rl.model import load_model
 from lego_rl.trainer.checkpoint import CheckpointStore
-from lego_rl.trainer.toy_task import ToyTask, rollout_batch
+from lego_rl.toy import ToyTask, rollout_batch
 
 BATCHES = 6
 

@@ -14,7 +14,7 @@ from lego_rl.trainer import group_advantages
 from lego_rl.trainer.driver import outcome_of
 from lego_rl.trainer.packing import PackedStep, pack_step, trajectories_of
 from lego_rl.trainer.step import recompute_logprobs
-from lego_rl.trainer.toy_task import ToyTask, rollout_batch
+from lego_rl.toy import ToyTask, rollout_batch
 
 
 def _steps(model_dir: Path) -> tuple[PackedStep, PackedStep]:

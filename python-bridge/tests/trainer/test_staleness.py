@@ -12,7 +12,7 @@ from lego_rl.schema import decode_batch
 from lego_rl.trainer.driver import LocalPolicy, LoopConfig, train
 from lego_rl.trainer.sources import TrainingBatch
 from lego_rl.trainer.step import PolicyUpdater, StepConfig
-from lego_rl.trainer.toy_task import ToyTask, rollout_batch
+from lego_rl.toy import ToyTask, rollout_batch
 
 
 def _batches_sampled_by_version_0(model_dir: Path, count: int) -> list[bytes]:

@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startReceiver } from "../rollout/test-support.ts";
 import { ensureBaseImage } from "../sandbox/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS, leftoverContainers } from "../sandbox/test-support.ts";
-import type { JsonLineProcess } from "../transport/bench-peers.ts";
+import type { JsonLineProcess } from "../json-line-process.ts";
 import { buildUiAssets } from "./index.ts";
 import { CHROMIUM, LEGO, startLegoUi, stopLegoUi } from "./test-support.ts";
 

@@ -3,7 +3,7 @@
 Start vLLM with this class mixed into every worker and the dev endpoints on:
 
     VLLM_SERVER_DEV_MODE=1 vllm serve <model> \
-        --worker-extension-cls lego_rl.cluster.vllm_worker_extension.LegoWeightReloader
+        --worker-extension-cls lego_rl.weights.vllm_worker_extension.LegoWeightReloader
 
 vLLM adds `--worker-extension-cls` to each GPU worker's base classes, so these methods run
 with `self` being the worker (`self.model_runner.model` is the loaded nn.Module; the vLLM

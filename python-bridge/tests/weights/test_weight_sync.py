@@ -1,6 +1,6 @@
 """Weight sync to external servers, against local fake SGLang and vLLM servers that record what they receive.
 
-The fakes answer with the shapes of the real endpoints (see lego_rl/cluster/weight_sync.py for the
+The fakes answer with the shapes of the real endpoints (see lego_rl/weights/sync.py for the
 sources): SGLang's /update_weights_from_disk + /get_model_info, vLLM's dev-mode /collective_rpc
 (driving the real LegoWeightReloader mixed into fake workers) + /reset_prefix_cache.
 """
@@ -21,8 +21,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lego_rl.cluster.vllm_worker_extension import LegoWeightReloader, read_manifest_version
-from lego_rl.cluster.weight_sync import (
+from lego_rl.weights.vllm_worker_extension import LegoWeightReloader, read_manifest_version
+from lego_rl.weights import (
     DiskPublishConfig,
     DiskWeightPublisher,
     EngineServerSyncConfig,

@@ -1,0 +1,328 @@
+"""The training job's configuration: one typed object, built here from defaults, a TOML file and flags.
+
+    defaults (the dataclasses below)  <  --config FILE.toml  <  command-line flags
+
+Both entry points (`python -m lego_rl.trainer`, `python -m lego_rl.cluster.train`) call
+`parse_job`, so a flag means the same thing in both and lands in the same field. The file
+has one table per section, with the field names below:
+
+    [model]      path
+    [source]     spool | receive | toy_steps, receiver_spool, handover
+    [checkpoint] dir
+    [training]   loss, lr, max_steps, max_staleness, replay_routing, log, threads
+    [weights]    dir, sglang, vllm, engine
+    [cluster]    ray_address, engines, trainer_ranks, backend, engine_dtype
+
+An unknown table or key, a value of the wrong type, or a key the entry point does not use
+is an error naming the file and the key: a setting that is silently ignored is worse than
+none. Mistakes on the command line are usage errors (argparse, exit 2); mistakes in the
+file are `JobConfigError` (one line and exit 1 through lego_rl/entry.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from .driver import LoopConfig
+from .step import StepConfig
+
+Entry = Literal["local", "cluster"]
+"""Which entry point parses: the single-process trainer or the Ray application."""
+
+_STEP = StepConfig()
+
+
+class JobConfigError(ValueError):
+    """A config file (or the flags with it) does not describe a job; names the file and the key."""
+
+    hint = "fix the key named (see python-bridge/lego_rl/trainer/job.py for every key and its type)"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelConfig:
+    path: Path
+    """HF-layout model directory (config.json + safetensors)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SourceConfig:
+    """Where batches come from: exactly one of spool, receive, toy_steps."""
+
+    spool: Path | None = None
+    """Folder of Trajectory .arrow batches."""
+    receive: str | None = None
+    """Bind the data-plane receiver here, e.g. tcp://127.0.0.1:5555."""
+    toy_steps: int | None = None
+    """Train on-policy on the built-in toy task for N steps (Ray engines; cluster only)."""
+    receiver_spool: Path = Path("var/receiver")
+    """The receiver's durable spool."""
+    handover: Literal["spool", "consumer"] = "spool"
+    """What a batch's ack waits for: the receiver's spool copy or this trainer's checkpoint (docs/transport.md)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointConfig:
+    dir: Path
+    """Checkpoint folder; training resumes from it."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainingConfig:
+    loss: Literal["gspo", "gspo_token", "grpo"] = _STEP.loss
+    lr: float = _STEP.lr
+    max_steps: int | None = None
+    max_staleness: int | None = None
+    """Exclude rollouts sampled by weights more than this many versions old (0: on-policy only)."""
+    replay_routing: bool = _STEP.replay_routing
+    """Replay recorded routing; off only for comparison (local only)."""
+    log: Path | None = None
+    """Append one JSON line of metrics per step (default: stdout)."""
+    threads: int = 2
+    """torch threads of the single-process trainer (local only)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WeightSyncConfig:
+    """Publishing each version to external inference servers (cluster only; docs/weight-sync.md)."""
+
+    dir: Path | None = None
+    """Write every published version to DIR/v<N>/ (HF layout) for external inference servers."""
+    sglang: tuple[str, ...] = ()
+    vllm: tuple[str, ...] = ()
+    engine: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClusterConfig:
+    """Ray placement (cluster only)."""
+
+    ray_address: str | None = None
+    engines: int = 1
+    trainer_ranks: int = 1
+    backend: Literal["gloo", "nccl"] = "gloo"
+    engine_dtype: Literal["float32", "bfloat16"] = "float32"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobConfig:
+    model: ModelConfig
+    source: SourceConfig
+    checkpoint: CheckpointConfig
+    training: TrainingConfig = TrainingConfig()
+    weights: WeightSyncConfig = WeightSyncConfig()
+    cluster: ClusterConfig = ClusterConfig()
+
+    def step_config(self) -> StepConfig:
+        return StepConfig(loss=self.training.loss, lr=self.training.lr, replay_routing=self.training.replay_routing)
+
+    def loop_config(self) -> LoopConfig:
+        return LoopConfig(checkpoint_dir=self.checkpoint.dir, max_steps=self.training.max_steps,
+                          max_staleness=self.training.max_staleness)
+
+
+_SECTION_TYPES = {"model": ModelConfig, "source": SourceConfig, "checkpoint": CheckpointConfig,
+                  "training": TrainingConfig, "weights": WeightSyncConfig, "cluster": ClusterConfig}
+_SOURCE_KINDS = ("source.spool", "source.receive", "source.toy_steps")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Flag:
+    key: str
+    """`section.field` it sets."""
+    flag: str
+    scope: Literal["both", Entry] = "both"
+    help: str | None = None
+    metavar: str | None = None
+
+
+# The one flag definition both entry points parse with; the order is --help's.
+FLAGS: tuple[_Flag, ...] = (
+    _Flag(key="model.path", flag="--model", help="HF-layout model directory (config.json + safetensors)"),
+    _Flag(key="checkpoint.dir", flag="--checkpoints", help="checkpoint folder; training resumes from it"),
+    _Flag(key="source.spool", flag="--spool", help="train on the Trajectory .arrow batches in this folder"),
+    _Flag(key="source.toy_steps", flag="--toy-steps", scope="cluster", metavar="N",
+          help="train on-policy on the built-in toy task for N steps"),
+    _Flag(key="source.receive", flag="--receive", metavar="ADDRESS",
+          help="bind the data-plane receiver here (e.g. tcp://127.0.0.1:5555) and train on what rollout workers send"),
+    _Flag(key="source.receiver_spool", flag="--receiver-spool", help="the receiver's durable spool (default var/receiver)"),
+    _Flag(key="source.handover", flag="--handover",
+          help="what a batch's ack waits for: the receiver's spool copy (kept for notebooks) or this "
+               "trainer's checkpoint (no receiver copy, less CPU; docs/transport.md)"),
+    _Flag(key="cluster.ray_address", flag="--ray-address", scope="cluster",
+          help="join this Ray cluster (default: start a local one)"),
+    _Flag(key="cluster.engines", flag="--engines", scope="cluster", help="engine replicas for on-policy sampling"),
+    _Flag(key="cluster.trainer_ranks", flag="--trainer-ranks", scope="cluster",
+          help="trainer ranks; experts are sharded across them"),
+    _Flag(key="cluster.backend", flag="--backend", scope="cluster", help="torch.distributed backend for expert parallelism"),
+    _Flag(key="cluster.engine_dtype", flag="--engine-dtype", scope="cluster"),
+    _Flag(key="training.max_steps", flag="--max-steps"),
+    _Flag(key="training.max_staleness", flag="--max-staleness", metavar="VERSIONS",
+          help="exclude rollouts sampled by weights more than this many versions old (0: on-policy only)"),
+    _Flag(key="training.log", flag="--log", help="append one JSON line of metrics per step (default: stdout)"),
+    _Flag(key="training.loss", flag="--loss"),
+    _Flag(key="training.lr", flag="--lr"),
+    _Flag(key="training.replay_routing", flag="--no-replay", scope="local",
+          help="do not replay recorded routing (for comparison only)"),
+    _Flag(key="training.threads", flag="--threads", scope="local"),
+    _Flag(key="weights.dir", flag="--weights-dir", scope="cluster",
+          help="write every published version to DIR/v<N>/ (HF layout) for external inference servers"),
+    _Flag(key="weights.sglang", flag="--sync-sglang", scope="cluster", metavar="URL",
+          help="SGLang server to load each version from --weights-dir (repeatable)"),
+    _Flag(key="weights.vllm", flag="--sync-vllm", scope="cluster", metavar="URL",
+          help="vLLM server (dev mode + LegoWeightReloader extension) to load each version (repeatable)"),
+    _Flag(key="weights.engine", flag="--sync-engine", scope="cluster", metavar="ADDRESS",
+          help="ZeroMQ engine server (python -m lego_rl.engine, e.g. tcp://HOST:5556) to load each version (repeatable)"),
+)
+
+
+def _field_type(key: str) -> Any:
+    section, name = key.split(".")
+    return typing.get_type_hints(_SECTION_TYPES[section])[name]
+
+
+def _unoptional(kind: Any) -> Any:
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) in (Union, types.UnionType) and type(None) in args:
+        return next(a for a in args if a is not type(None))
+    return kind
+
+
+def _uses(key: str, entry: Entry) -> bool:
+    flag = next((f for f in FLAGS if f.key == key), None)
+    return flag is None or flag.scope in ("both", entry)
+
+
+def job_parser(entry: Entry, *, prog: str, description: str | None) -> argparse.ArgumentParser:
+    """The entry point's parser: --config plus the FLAGS its entry uses; only flags given land in the namespace."""
+    parser = argparse.ArgumentParser(prog=prog, description=description, argument_default=argparse.SUPPRESS)
+    parser.add_argument("--config", type=Path, metavar="FILE.toml",
+                        help="job configuration file (tables as in lego_rl/trainer/job.py); flags override it")
+    sources = parser.add_mutually_exclusive_group()
+    for flag in FLAGS:
+        if flag.scope not in ("both", entry):
+            continue
+        kind = _unoptional(_field_type(flag.key))
+        target = sources if flag.key in _SOURCE_KINDS else parser
+        # The help names the config key, so the file's vocabulary is one --help away.
+        options: dict[str, Any] = {"dest": flag.key, "help": f"{flag.help} [{flag.key}]" if flag.help else f"[{flag.key}]"}
+        metavar = flag.metavar or flag.flag.removeprefix("--").upper().replace("-", "_")
+        if kind is bool:
+            options["action"] = "store_false"  # the only bool flag, --no-replay, turns a default-on field off
+        elif typing.get_origin(kind) is tuple:
+            options |= {"action": "append", "metavar": metavar}
+        elif typing.get_origin(kind) is Literal:
+            options["choices"] = typing.get_args(kind)
+        else:
+            options |= {"type": kind, "metavar": metavar}
+        target.add_argument(flag.flag, **options)
+    return parser
+
+
+def _checked(path: Path, key: str, value: Any) -> Any:
+    """The TOML value as the field's type, or a JobConfigError naming file and key."""
+    kind = _unoptional(_field_type(key))
+    origin = typing.get_origin(kind)
+
+    def wrong(expected: str) -> JobConfigError:
+        return JobConfigError(f"{path}: {key} = {value!r}: expected {expected}")
+
+    if origin is Literal:
+        if value not in typing.get_args(kind):
+            raise wrong("one of " + ", ".join(repr(a) for a in typing.get_args(kind)))
+        return value
+    if origin is tuple:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise wrong("a list of strings")
+        return tuple(value)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise wrong("true or false")
+        return value
+    if kind is int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise wrong("an integer")
+        return value
+    if kind is float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise wrong("a number")
+        return float(value)
+    if not isinstance(value, str):
+        raise wrong("a string")
+    return Path(value) if kind is Path else value
+
+
+def read_job_file(path: Path, entry: Entry) -> dict[str, Any]:
+    """`{"section.field": value}` from a TOML job file, every key checked."""
+    try:
+        with open(path, "rb") as handle:
+            tables = tomllib.load(handle)
+    except FileNotFoundError:
+        raise JobConfigError(f"{path}: no such config file") from None
+    except tomllib.TOMLDecodeError as error:
+        raise JobConfigError(f"{path}: not valid TOML: {error}") from None
+    values: dict[str, Any] = {}
+    for section, table in tables.items():
+        if section not in _SECTION_TYPES:
+            raise JobConfigError(f"{path}: unknown table [{section}] (known: {', '.join(_SECTION_TYPES)})")
+        if not isinstance(table, dict):
+            raise JobConfigError(f"{path}: {section} must be a table ([{section}]), not a value")
+        known = [f.name for f in fields(_SECTION_TYPES[section])]
+        for name, value in table.items():
+            key = f"{section}.{name}"
+            if name not in known:
+                raise JobConfigError(f"{path}: unknown key {key} (known in [{section}]: {', '.join(known)})")
+            if not _uses(key, entry):
+                other = "python -m lego_rl.cluster.train" if entry == "local" else "python -m lego_rl.trainer"
+                raise JobConfigError(f"{path}: {key} is used only by {other}; remove it for this entry point")
+            values[key] = _checked(path, key, value)
+    return values
+
+
+def build_job(values: Mapping[str, Any], *, origin: str) -> JobConfig:
+    """The JobConfig from `section.field` values over the defaults; `origin` names where they came from."""
+    for required, flag in (("model.path", "--model"), ("checkpoint.dir", "--checkpoints")):
+        if required not in values:
+            raise JobConfigError(f"{origin}: {required} is required (give {flag} or [{required.split('.')[0]}] "
+                                 f"{required.split('.')[1]} in --config)")
+    chosen = [k for k in _SOURCE_KINDS if values.get(k) is not None]
+    if len(chosen) != 1:
+        raise JobConfigError(f"{origin}: give exactly one source (source.spool/--spool, source.receive/--receive"
+                             f" or source.toy_steps/--toy-steps), got {', '.join(chosen) or 'none'}")
+    sections: dict[str, dict[str, Any]] = {name: {} for name in _SECTION_TYPES}
+    for key, value in values.items():
+        section, name = key.split(".")
+        sections[section][name] = value
+    job = JobConfig(**{name: _SECTION_TYPES[name](**kwargs) for name, kwargs in sections.items()})  # type: ignore[arg-type]
+    sync = job.weights
+    if (sync.sglang or sync.vllm or sync.engine) and sync.dir is None:
+        raise JobConfigError(f"{origin}: --sync-sglang/--sync-vllm/--sync-engine (weights.sglang/vllm/engine) load "
+                             "weights from disk: give --weights-dir (weights.dir) on a path the servers see")
+    return job
+
+
+def parse_job(argv: Sequence[str], entry: Entry, *, prog: str, description: str | None = None) -> JobConfig:
+    """The job an entry point was asked to run: defaults < --config FILE < flags."""
+    parser = job_parser(entry, prog=prog, description=description)
+    given = vars(parser.parse_args(list(argv)))
+    config_file: Path | None = given.pop("config", None)
+    values = read_job_file(config_file, entry) if config_file is not None else {}
+    if any(k in given for k in _SOURCE_KINDS):  # a source flag replaces the file's source, not joins it
+        values = {k: v for k, v in values.items() if k not in _SOURCE_KINDS}
+    values |= {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
+    try:
+        return build_job(values, origin=str(config_file) if config_file is not None else "flags")
+    except JobConfigError as error:
+        if config_file is None:
+            parser.error(str(error).removeprefix("flags: "))  # a flag mistake is a usage error, as argparse's own
+        raise
+
+
+__all__ = ["CheckpointConfig", "ClusterConfig", "JobConfig", "JobConfigError", "ModelConfig", "SourceConfig",
+           "TrainingConfig", "WeightSyncConfig", "build_job", "job_parser", "parse_job", "read_job_file"]

@@ -1,0 +1,103 @@
+"""One typed job configuration (lego_rl/trainer/job.py): both entry points, one flag definition,
+defaults < --config FILE.toml < flags, and a file mistake named by file and key (exit 1, one line)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lego_rl.trainer import JobConfigError, parse_job
+from lego_rl.trainer.job import JobConfig
+
+REPO = Path(__file__).resolve().parents[3]
+COMMON = ["--model", "m", "--checkpoints", "ckpt", "--receive", "tcp://127.0.0.1:5555", "--receiver-spool", "rs",
+          "--handover", "consumer", "--max-steps", "7", "--max-staleness", "0", "--log", "log.jsonl",
+          "--loss", "grpo", "--lr", "0.002"]
+
+
+def _local(argv: list[str]) -> JobConfig:
+    return parse_job(argv, "local", prog="python -m lego_rl.trainer")
+
+
+def _cluster(argv: list[str]) -> JobConfig:
+    return parse_job(argv, "cluster", prog="python -m lego_rl.cluster.train")
+
+
+def test_the_same_flags_give_the_same_config_from_both_entry_points():
+    local, cluster = _local(COMMON), _cluster(COMMON)
+    assert local == cluster
+    assert local.model.path == Path("m") and local.checkpoint.dir == Path("ckpt")
+    assert local.source.receive == "tcp://127.0.0.1:5555" and local.source.handover == "consumer"
+    assert local.loop_config().max_steps == 7 and local.loop_config().max_staleness == 0
+    step = local.step_config()
+    assert (step.loss, step.lr, step.replay_routing) == ("grpo", 0.002, True)
+
+
+def test_defaults_match_what_the_entry_points_used_before():
+    job = _local(["--model", "m", "--checkpoints", "c", "--spool", "s"])
+    assert job.source.receiver_spool == Path("var/receiver") and job.source.handover == "spool"
+    assert (job.training.loss, job.training.threads, job.training.log) == ("gspo", 2, None)
+    assert (job.cluster.engines, job.cluster.trainer_ranks, job.cluster.backend) == (1, 1, "gloo")
+
+
+def test_flags_override_the_file_and_the_file_overrides_defaults(tmp_path: Path):
+    config = tmp_path / "job.toml"
+    config.write_text('[model]\npath = "from-file"\n[checkpoint]\ndir = "ck"\n[source]\nspool = "sp"\n'
+                      '[training]\nlr = 0.5\nmax_steps = 3\n[cluster]\nengines = 4\n'
+                      '[weights]\ndir = "w"\nvllm = ["http://a:1", "http://b:2"]\n')
+    job = _cluster(["--config", str(config), "--lr", "0.25", "--receive", "tcp://127.0.0.1:1"])
+    assert job.training.lr == 0.25  # flag beats file
+    assert job.training.max_steps == 3 and job.cluster.engines == 4  # file beats default
+    assert job.model.path == Path("from-file") and job.weights.vllm == ("http://a:1", "http://b:2")
+    # A source flag replaces the file's source instead of joining it.
+    assert job.source.receive == "tcp://127.0.0.1:1" and job.source.spool is None
+
+
+@pytest.mark.parametrize(("body", "named"), [
+    ('[source]\nspol = "x"\n', "unknown key source.spol"),
+    ('[sources]\nspool = "x"\n', "unknown table [sources]"),
+    ('[training]\nlr = "fast"\n', "training.lr = 'fast': expected a number"),
+    ('[training]\nmax_steps = 2.5\n', "training.max_steps = 2.5: expected an integer"),
+    ('[cluster]\nengines = true\n', "cluster.engines = True: expected an integer"),
+    ('[source]\nhandover = "later"\n', "source.handover = 'later': expected one of 'spool', 'consumer'"),
+    ('[weights]\nvllm = "http://a:1"\n', "weights.vllm = 'http://a:1': expected a list of strings"),
+])
+def test_a_bad_file_key_is_an_error_naming_file_and_key(tmp_path: Path, body: str, named: str):
+    config = tmp_path / "job.toml"
+    config.write_text(body)
+    with pytest.raises(JobConfigError) as caught:
+        _cluster(["--config", str(config), "--model", "m", "--checkpoints", "c", "--spool", "s"])
+    assert str(caught.value).startswith(f"{config}: ") and named in str(caught.value)
+
+
+def test_a_key_the_entry_point_does_not_use_is_an_error_not_ignored(tmp_path: Path):
+    config = tmp_path / "job.toml"
+    config.write_text("[cluster]\ntrainer_ranks = 2\n")
+    with pytest.raises(JobConfigError, match="cluster.trainer_ranks is used only by python -m lego_rl.cluster.train"):
+        _local(["--config", str(config), "--model", "m", "--checkpoints", "c", "--spool", "s"])
+
+
+def test_flag_mistakes_stay_usage_errors(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as caught:
+        _local(["--model", "m", "--checkpoints", "c"])
+    assert caught.value.code == 2 and "exactly one source" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as caught:
+        _local(["--model", "m", "--checkpoints", "c", "--spool", "s", "--toy-steps", "3"])  # cluster-only flag
+    assert caught.value.code == 2
+
+
+def test_the_entry_point_prints_one_line_and_exits_1_for_a_bad_file(tmp_path: Path):
+    config = tmp_path / "job.toml"
+    config.write_text('[training]\nloss = "ppo"\n')
+    result = subprocess.run([sys.executable, "-m", "lego_rl.trainer", "--config", str(config), "--model", "m",
+                             "--checkpoints", str(tmp_path / "ckpt"), "--spool", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert lines[0].startswith("python -m lego_rl.trainer: JobConfigError: ") and str(config) in lines[0]
+    assert "training.loss = 'ppo'" in lines[0]
+    assert not (tmp_path / "ckpt").exists()  # nothing started, nothing written
