@@ -5,15 +5,12 @@
 #   OUT/node/bin/node        this host's Node binary (Debian bookworm host and
 #                            base image share glibc, so it runs unchanged)
 #   OUT/harness/             npm packages: Claude Code, OpenCode (pinned below)
-#   OUT/python/              a copy of a CPython >= 3.12 prefix (the OpenHands SDK
-#                            needs 3.12; Debian bookworm has 3.11) with the
-#                            OpenHands SDK installed into it  [--with-openhands PREFIX]
-#                            e.g. PREFIX=$(pyenv prefix 3.12.1)
-# Mount them as RuntimeMount {name: "node" | "harness" | "python", hostPath: OUT/<name>};
-# inside they are /opt/lego-runtimes/<name>. Run the Python one as
-#   LD_LIBRARY_PATH=/opt/lego-runtimes/python/lib /opt/lego-runtimes/python/bin/python3 -m …
-# (a pyenv build links libpython by its original path; console-script shebangs
-# name host paths, so use `-m`).
+#   OUT/python/, OUT/openhands/, OUT/mini-swe-agent/
+#                            CPython 3.12.1 and the Python harnesses, built by
+#                            build-python-runtimes.sh [--with-openhands PREFIX:
+#                            the CPython prefix to copy, default pyenv's 3.12.1]
+# Mount them as RuntimeMount {name: "node" | "harness" | …, hostPath: OUT/<name>};
+# inside they are /opt/lego-runtimes/<name>.
 # OUT/manifest.json records the pinned versions built there (other keys are kept);
 # `$0 OUT --check` exits 0 when it matches these pins, which is how scripts/setup
 # skips the build (minutes, ~1.5 GB) when the cache is current.
@@ -21,7 +18,6 @@ set -euo pipefail
 
 CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.332}"
 OPENCODE_VERSION="${OPENCODE_VERSION:-1.18.33}"
-OPENHANDS_SDK_VERSION="${OPENHANDS_SDK_VERSION:-}"
 
 usage() { echo "usage: $0 OUT_DIR [--check | --with-openhands PYTHON_PREFIX]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
@@ -50,7 +46,8 @@ manifest() {
 }
 
 if [ "$check" = 1 ]; then
-  manifest check && [ -x "$out/harness/node_modules/@anthropic-ai/claude-code-linux-x64/claude" ] && [ -x "$out/node/bin/node" ]
+  manifest check && [ -x "$out/harness/node_modules/@anthropic-ai/claude-code-linux-x64/claude" ] && [ -x "$out/node/bin/node" ] &&
+    "$(dirname "$0")/build-python-runtimes.sh" "$out" --check
   exit
 fi
 
@@ -62,17 +59,12 @@ install -m 0755 "$(command -v node)" "$out/node/bin/node"
 npm install --prefix "$out/harness" --no-audit --no-fund \
   "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION}" "opencode-ai@${OPENCODE_VERSION}"
 
-if [ -n "$py_prefix" ]; then
-  rm -rf "$out/python"
-  cp -a "$py_prefix" "$out/python"
-  "$out/python/bin/python3" -m pip install -q --no-warn-script-location --root-user-action=ignore \
-    "openhands-sdk${OPENHANDS_SDK_VERSION:+==$OPENHANDS_SDK_VERSION}"
-fi
+# CPython 3.12.1 with the OpenHands SDK and mini-swe-agent (own pins and stamp).
+"$(dirname "$0")/build-python-runtimes.sh" "$out" ${py_prefix:+--python-prefix "$py_prefix"}
 
 chmod -R a+rX "$out"
 echo "runtimes in $out:"
 "$out/harness/node_modules/.bin/claude" --version
 "$out/harness/node_modules/.bin/opencode" --version
-if [ -n "$py_prefix" ]; then "$out/python/bin/python3" -c 'import openhands.sdk; print("openhands-sdk importable")'; fi
 # Last: a build that failed above leaves the manifest as it was, so set-up tries again.
 manifest write

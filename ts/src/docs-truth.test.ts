@@ -6,9 +6,10 @@
  * relative to ts/ or python-bridge/, under `src/` or `lego_rl/`; names with
  * placeholders (`<id>`, `*`, `$VAR`) are patterns, not paths, and are skipped;
  * so are ```tree blocks, which draw a layout relative to what they describe
- * (a task directory), not the repository.
+ * (a task directory), not the repository, and paths git ignores (`var/`,
+ * `ts/build/`): outputs of a run, present on one machine and not in a clone.
  */
-import { execFile } from "node:child_process";
+import { execFile, spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { promisify } from "node:util";
@@ -18,6 +19,14 @@ const repoRoot = resolve(import.meta.dirname, "../..");
 const LEGO = join(repoRoot, "ts/bin/lego");
 const docs = ["README.md", ...readdirSync(join(repoRoot, "docs")).filter((n) => n.endsWith(".md")).map((n) => `docs/${n}`)];
 const topLevel = new Set(readdirSync(repoRoot).filter((n) => !n.startsWith(".") && n !== "node_modules"));
+
+/** The paths among `paths` that git ignores (run outputs, not repository content). */
+function ignored(paths: string[]): Set<string> {
+  if (paths.length === 0) return new Set();
+  const r = spawnSync("git", ["check-ignore", "--no-index", "--stdin"], { cwd: repoRoot, input: paths.join("\n"), encoding: "utf8" });
+  if (r.status !== 0 && r.status !== 1) throw new Error(`git check-ignore failed: ${r.stderr}`);
+  return new Set(r.stdout.split("\n").filter(Boolean));
+}
 const nestedRoots: Record<string, string[]> = { src: ["ts"], lego_rl: ["python-bridge"], bin: ["ts"], native: ["ts"] };
 
 /** Code spans and fenced code lines of a Markdown text. */
@@ -34,12 +43,17 @@ function pathProblems(doc: string, text: string): string[] {
   const candidates = new Set<string>();
   for (const code of codeOf(text)) for (const token of code.split(/[\s,;()'"=]+/)) candidates.add(token);
   const links = [...text.matchAll(/\]\(([^)\s#]+)(?:#[^)]*)?\)/g)].map((m) => m[1]!).filter((l) => !/^[a-z]+:/.test(l));
+  const checked: Array<[string, string, string[]]> = [];
   for (const raw of candidates) {
     const path = raw.replace(/[.:]+$/, "").replace(/^\.\//, "");
     if (!/^[\w.@-]+\/[\w.@/+-]*$/.test(path) || /[<>*${}]|\.\.\./.test(path)) continue;
     const first = path.split("/")[0]!;
     const roots = topLevel.has(first) ? [""] : nestedRoots[first];
-    if (!roots) continue;
+    if (roots) checked.push([raw, path, roots]);
+  }
+  const outputs = ignored(checked.flatMap(([, path, roots]) => roots.map((root) => join(root, path))));
+  for (const [raw, path, roots] of checked) {
+    if (roots.some((root) => outputs.has(join(root, path)))) continue;
     if (!roots.some((root) => existsSync(join(repoRoot, root, path)))) problems.push(`${doc}: \`${raw}\` does not exist`);
   }
   for (const link of links) {

@@ -19,7 +19,7 @@ const ALLOWED: Record<string, string> = {
   "ts/src/tasks/git.ts": "passes PATH through to git's otherwise scrubbed environment; no behaviour",
   "ts/src/demo/rl-loop.ts": "passes the environment through to the training process it starts",
   "ts/src/proxy/bench/peers.ts": "passes the environment through to the bench peers it starts (nginx, LiteLLM)",
-  "ts/src/transport/bench-peers.ts": "passes the environment through to the bench peers it starts",
+  "ts/src/json-line-process.ts": "passes the environment through to the child processes it starts",
   "python-bridge/lego_rl/model/tiny.py": "main() of `python -m lego_rl.model.tiny` reads LEGO_RL_QWEN3_TOKENIZER_DIR as its flag's default",
   "python-bridge/lego_rl/cluster/runtime.py": "sets (never reads) RAY_AUTH_MODE for a local Ray cluster it starts itself",
 };

@@ -6,6 +6,7 @@ the rollouts travel as Arrow bytes in the shared schema, the trainer decodes the
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -30,28 +31,32 @@ def _task(group_size: int, max_tokens: int) -> ToyTask:
     return ToyTask(prompts=prompts, target_token_ids=LOWERCASE, group_size=group_size, max_tokens=max_tokens)
 
 
-def test_routing_replay_keeps_bf16_engine_and_fp32_trainer_probabilities_correlated(byte_model_dir: Path) -> None:
+@pytest.mark.parametrize("sampling_step", [0, 1, 2])
+def test_routing_replay_keeps_bf16_engine_and_fp32_trainer_probabilities_correlated(byte_model_dir: Path, sampling_step: int) -> None:
     trainer = load_model(byte_model_dir).eval()
     engine = Engine(load_model(byte_model_dir), EngineConfig(dtype="bfloat16"))
-    data, _ = rollout_batch(engine, _task(group_size=8, max_tokens=32), step=0)
+    data, _ = rollout_batch(engine, _task(group_size=8, max_tokens=32), step=sampling_step)
     trajectories = trajectories_of([decode_batch(data)])
     everyone = GroupAdvantages(trajectory_ids=list(trajectories), advantages=np.zeros(len(trajectories), np.float32),
                                groups_trained=1, groups_skipped_identical=0, groups_skipped_singleton=0)
     config = trainer.config
     step = pack_step(trajectories, everyone, layers=len(config.moe_layers), top_k=config.num_experts_per_tok)
+    # A replay that is wired but wrong: every token gets its neighbour's recorded experts.
+    assert step.routing_TLK is not None
+    shifted = dataclasses.replace(step, routing_TLK=torch.roll(step.routing_TLK, shifts=1, dims=0))
     with torch.no_grad():
         pearson, kl = {}, {}
-        for replay in (True, False):
-            logprobs = recompute_logprobs(trainer, step, replay=replay).logprobs_R
+        for name, packed, replay in (("replay", step, True), ("none", step, False), ("shifted", shifted, True)):
+            logprobs = recompute_logprobs(trainer, packed, replay=replay).logprobs_R
             metrics = mismatch_metrics(step.rollout_logprobs_R, logprobs, torch.ones_like(logprobs))
-            pearson[replay], kl[replay] = metrics["mismatch/pearson_prob"], metrics["mismatch/k3_kl"]
-    print(f"rollout-vs-trainer Pearson(prob): replay {pearson[True]:.6f}, no replay {pearson[False]:.6f}; "
-          f"k3 KL: replay {kl[True]:.2e}, no replay {kl[False]:.2e}")
-    assert pearson[True] >= 0.999
-    assert pearson[True] > pearson[False]
+            pearson[name], kl[name] = metrics["mismatch/pearson_prob"], metrics["mismatch/k3_kl"]
+    print(f"sampling step {sampling_step}: Pearson(prob) {pearson}; k3 KL {kl}")
+    assert pearson["replay"] >= 0.999
+    assert pearson["replay"] > pearson["none"]
     # Pearson >= 0.999 is met without replay too (~0.99987): the gap is the check. The KL without replay is
-    # ~4.5x that with it; a replay that replays nothing (or the wrong experts) cannot halve it.
-    assert kl[True] * 2 < kl[False]
+    # ~4.5x that with it; a replay that replays nothing, or the wrong experts, cannot halve it.
+    assert kl["replay"] * 2 < kl["none"]
+    assert kl["replay"] * 2 < kl["shifted"]
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { REPO_ROOT } from "../schema/vectors.ts";
+import { REPO_ROOT } from "../repo-root.ts";
 
 const LEGO = resolve(import.meta.dirname, "../../bin/lego");
 const PYTHON = join(REPO_ROOT, ".venv/bin/python");

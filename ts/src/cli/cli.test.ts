@@ -3,7 +3,7 @@ import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
-import { EXIT_NOT_BUILT } from "./component.ts";
+import { EXIT_NOT_BUILT } from "../lego-command.ts";
 
 const LEGO = resolve(import.meta.dirname, "../../bin/lego");
 const lego = (...args: string[]) => spawnSync(LEGO, args, { encoding: "utf8" });

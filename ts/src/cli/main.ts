@@ -2,7 +2,7 @@
 import yargs from "yargs";
 import { hideBin } from "yargs/helpers";
 import { TaskFormatError, configureSandboxHost, sandboxHostFromEnv } from "../sandbox/index.ts";
-import { ComponentNotBuiltError, EXIT_NOT_BUILT } from "./component.ts";
+import { ComponentNotBuiltError, EXIT_NOT_BUILT } from "../lego-command.ts";
 import { legoCommands } from "./registry.ts";
 
 /** Builds the `lego` CLI; exported so tests can drive it without a process. */

@@ -9,7 +9,8 @@ import { mcpCommand } from "../mcp/index.ts";
 import { monitorCommand } from "../monitor/cli.ts";
 import { evalCommand, tasksCommand } from "../tasks/cli.ts";
 import { transportCommand } from "../transport/cli.ts";
-import type { LegoCommand } from "./component.ts";
+import { uiCommand } from "../ui/index.ts";
+import type { LegoCommand } from "../lego-command.ts";
 
 /**
  * Every `lego` subcommand, in help order. A component replaces its pending
@@ -25,6 +26,7 @@ export function legoCommands(): LegoCommand[] {
     transportCommand,
     monitorCommand,
     mcpCommand,
+    uiCommand,
     checkCommand,
     demoCommand,
   ];

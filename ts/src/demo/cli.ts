@@ -1,13 +1,17 @@
 import { join } from "node:path";
 import type { Argv, CommandModule } from "yargs";
-import { REPO_ROOT } from "../schema/vectors.ts";
+import { REPO_ROOT } from "../repo-root.ts";
 import { runPartialLoop } from "./partial-loop.ts";
 import { runRlLoop } from "./rl-loop.ts";
+import { DEMO_TASKS, defaultCacheRoot, ensureDemonstrations, warmStart } from "./warm-start.ts";
 
 interface DemoArgs {
   "work-dir": string;
   steps: number;
   "schema-only": boolean;
+  "warm-start-only": boolean;
+  "sft-steps": number;
+  "demo-tasks": string;
 }
 
 export const demoCommand: CommandModule<object, DemoArgs> = {
@@ -17,8 +21,18 @@ export const demoCommand: CommandModule<object, DemoArgs> = {
     yargs
       .option("work-dir", { type: "string", default: join(REPO_ROOT, "var/demo"), describe: "where the model, checkpoints and logs go" })
       .option("steps", { type: "number", default: 20, describe: "GSPO steps" })
-      .option("schema-only", { type: "boolean", default: false, describe: "only the TS -> Arrow -> Python schema round trip" }) as Argv<DemoArgs>,
-  handler: (args) => {
+      .option("schema-only", { type: "boolean", default: false, describe: "only the TS -> Arrow -> Python schema round trip" })
+      .option("warm-start-only", { type: "boolean", default: false, describe: "only the demonstrations (cached) and the supervised warm start" })
+      .option("sft-steps", { type: "number", default: 60, describe: "supervised warm-start steps" })
+      .option("demo-tasks", { type: "string", default: DEMO_TASKS, describe: "task source of the demonstrations (disjoint from the evaluation seeds)" }) as Argv<DemoArgs>,
+  handler: async (args) => {
+    if (args["warm-start-only"]) {
+      const demos = await ensureDemonstrations({ cacheRoot: defaultCacheRoot(), tasks: args["demo-tasks"], log: (l) => console.log(l) });
+      console.log(`demonstrations: ${demos.manifest.trajectories} from ${demos.manifest.tasks} (${demos.dir})`);
+      const sft = warmStart({ workDir: args["work-dir"], demonstrations: demos.dir, steps: args["sft-steps"] });
+      console.log(`warm start: ${sft.steps} steps on ${sft.demonstrations} demonstrations, loss ${sft.loss_first.toFixed(3)} -> ${sft.loss_last.toFixed(3)} in ${sft.seconds.toFixed(0)} s; model ${sft.model_dir}`);
+      return;
+    }
     if (args["schema-only"]) {
       process.exitCode = runPartialLoop({ spoolDir: join(args["work-dir"], "spool"), groupSize: 4, groups: 2 });
       return;

@@ -9,7 +9,8 @@ import { spawnSync } from "node:child_process";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { encodeBatch, type RoutingShape, type Trajectory } from "../schema/index.ts";
-import { REPO_ROOT, buildTrajectory } from "../schema/vectors.ts";
+import { REPO_ROOT } from "../repo-root.ts";
+import { synthetic } from "../schema/index.ts";
 
 export interface PartialLoopOptions {
   /** Folder that receives the Arrow batches (emptied first). */
@@ -24,7 +25,7 @@ const TINY_MOE_ROUTING: RoutingShape = { layers: 4, top_k: 2, num_experts: 8 };
 
 function sampleRollout(group: number, index: number): Trajectory {
   const turns = 2 + ((group + index) % 3);
-  return buildTrajectory(
+  return synthetic.buildTrajectory(
     {
       trajectory_id: `demo-g${group}-r${index}`,
       group_id: `demo-g${group}`,

@@ -10,7 +10,7 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { REPO_ROOT } from "../schema/vectors.ts";
+import { REPO_ROOT } from "../repo-root.ts";
 
 export interface RlLoopOptions {
   /** Working folder: the model, checkpoints and step log go here. */

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { REPO_ROOT } from "../schema/vectors.ts";
+import { REPO_ROOT } from "../repo-root.ts";
 import { AffinityEngine, NoReplicaError } from "./affinity.ts";
 import { EngineError, type GenerateChunk, type GenerateRequest } from "./types.ts";
 import { ZmqEngine } from "./zmq.ts";

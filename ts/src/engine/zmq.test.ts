@@ -15,7 +15,7 @@ import { loadProxyModel } from "../proxy/model.ts";
 import { ProxyServer } from "../proxy/server.ts";
 import { decodeControl, encodeControl } from "../schema/control-codec.ts";
 import type { ControlMessage } from "../schema/generated.ts";
-import { REPO_ROOT } from "../schema/vectors.ts";
+import { REPO_ROOT } from "../repo-root.ts";
 import { EngineAbortedError, type GenerateChunk, type GenerateRequest } from "./types.ts";
 import { EngineRequestError, ZmqEngine } from "./zmq.ts";
 

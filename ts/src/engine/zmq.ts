@@ -32,9 +32,7 @@
  *    the connection is back; the next call says hello again.
  */
 import { Dealer } from "zeromq";
-import { decodeControl, encodeControl } from "../schema/control-codec.ts";
-import { SCHEMA_VERSION, type ControlMessage, type EngineInfo, type GenerateResult, type TokenChunk } from "../schema/generated.ts";
-import type { RoutingArray as Routing } from "../schema/index.ts";
+import { decodeControl, encodeControl, SCHEMA_VERSION, type ControlMessage, type EngineInfo, type GenerateResult, type RoutingArray as Routing, type TokenChunk } from "../schema/index.ts";
 import { EngineAbortedError, EngineError, type EngineClient, type EngineRejection, type GenerateChunk, type GenerateRequest } from "./types.ts";
 
 export interface ZmqEngineConfig {

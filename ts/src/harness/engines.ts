@@ -9,18 +9,26 @@
  *  - answer-at-once: a final answer with no tool call; every healthy task must score 0.
  */
 import { readdirSync, readFileSync } from "node:fs";
-import { join, relative } from "node:path";
+import { dirname, join, relative } from "node:path";
 import { ScriptedEngine, type ScriptedReply } from "../engine/index.ts";
 import type { ProxyModel } from "../proxy/index.ts";
 import type { TaskDefinition } from "../sandbox/index.ts";
 
 /** The tool names one harness gives the model for each job. */
 export interface ToolNames {
-  /** `fixed`: arguments always passed as given (Claude Code creates a file with Edit and an empty old_string). */
-  write: { name: string; path: string; content: string; fixed?: Record<string, unknown> };
+  /**
+   * `fixed`: arguments always passed as given (Claude Code creates a file with Edit and an empty old_string).
+   * `makesParents: false`: the tool creates no missing folder (OpenHands' file_editor), so the shell makes them first.
+   * Absent for a bash-only harness (mini-swe-agent): files are then written with the shell tool.
+   */
+  write?: { name: string; path: string; content: string; fixed?: Record<string, unknown>; makesParents?: false };
   shell: { name: string; command: string };
-  /** Absent where the harness ends on a plain answer. */
-  submit?: string;
+  /**
+   * Absent where the harness ends on a plain answer; a tool called with no
+   * arguments, or a call with its arguments (OpenHands' finish needs a message;
+   * mini-swe-agent submits with a shell command).
+   */
+  submit?: string | { name: string; args: Record<string, unknown> };
 }
 
 export const ENGINES = ["scripted-gold", "answer-at-once"] as const;
@@ -49,12 +57,30 @@ export function goldScript(def: TaskDefinition, tools: ToolNames): ScriptedReply
     throw new HarnessEngineError(`task ${def.name} has no solution/: scripted-gold has nothing to replay`, { cause: e });
   }
   if (!names.includes("solve.sh")) throw new HarnessEngineError(`task ${def.name} has no solution/solve.sh: scripted-gold has nothing to replay`);
-  const replies: ScriptedReply[] = names.map((n) => ({
-    text: toolCall(tools.write.name, { ...tools.write.fixed, [tools.write.path]: `${GOLD_DIR}/${n}`, [tools.write.content]: readFileSync(join(dir, n), "utf8") }),
+  const shell = (command: string) => toolCall(tools.shell.name, { [tools.shell.command]: command });
+  const replies: ScriptedReply[] = [];
+  if (tools.write?.makesParents === false)
+    replies.push({ text: shell(`mkdir -p ${[...new Set(names.map((n) => dirname(`${GOLD_DIR}/${n}`)))].join(" ")}`) });
+  replies.push(...names.map((n) => {
+    const path = `${GOLD_DIR}/${n}`;
+    const content = readFileSync(join(dir, n), "utf8");
+    if (tools.write) return { text: toolCall(tools.write.name, { ...tools.write.fixed, [tools.write.path]: path, [tools.write.content]: content }) };
+    return { text: shell(shellWrite(path, content)) };
   }));
-  replies.push({ text: toolCall(tools.shell.name, { [tools.shell.command]: `sed 's#/solution/#${GOLD_DIR}/#g' ${GOLD_DIR}/solve.sh | bash && rm -rf ${GOLD_DIR}` }) });
-  replies.push(tools.submit ? { text: toolCall(tools.submit, {}) } : { text: "Done: the fix is applied." });
+  replies.push({ text: shell(`sed 's#/solution/#${GOLD_DIR}/#g' ${GOLD_DIR}/solve.sh | bash && rm -rf ${GOLD_DIR}`) });
+  if (typeof tools.submit === "string") replies.push({ text: toolCall(tools.submit, {}) });
+  else if (tools.submit) replies.push({ text: toolCall(tools.submit.name, tools.submit.args) });
+  else replies.push({ text: "Done: the fix is applied." });
   return replies;
+}
+
+const HEREDOC_END = "LEGO_GOLD_EOF";
+
+/** A shell command that writes `content` to `path` byte for byte: a quoted heredoc where it can, base64 where it cannot. */
+function shellWrite(path: string, content: string): string {
+  const mkdir = `mkdir -p "$(dirname '${path}')" && `;
+  if (content.endsWith("\n") && !content.split("\n").includes(HEREDOC_END)) return `${mkdir}cat > '${path}' <<'${HEREDOC_END}'\n${content}${HEREDOC_END}`;
+  return `${mkdir}echo '${Buffer.from(content).toString("base64")}' | base64 -d > '${path}'`;
 }
 
 export const ANSWER_AT_ONCE: ScriptedReply[] = [{ text: "I cannot help with that; no changes made." }];

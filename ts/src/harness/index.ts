@@ -2,18 +2,24 @@
  * Harness adapters: one module per harness behind one interface (types.ts),
  * registered with `lego eval --harness NAME --engine E` on import.
  */
-import { registerHarness } from "../tasks/agents.ts";
-import { ENGINES, HarnessEngineError, scriptedHarnessEngine, type ToolNames } from "./engines.ts";
-import { proxiedLauncher } from "./launcher.ts";
+import { registerHarness } from "../tasks/index.ts";
+import { harnessLauncherFor } from "./choose-engine.ts";
+import type { ToolNames } from "./engines.ts";
 import { claudeCodeHarness } from "./claude-code.ts";
+import { openHandsHarness } from "./openhands.ts";
+import { miniSweAgentHarness } from "./mini-swe-agent.ts";
 import { referenceHarness } from "./reference.ts";
 import type { Harness } from "./types.ts";
 
 export type { Harness, HarnessLimits, HarnessSession } from "./types.ts";
 export { ANSWER_AT_ONCE, ENGINES, goldScript, HarnessEngineError, scriptedHarnessEngine, toolCall, type ToolNames } from "./engines.ts";
-export { proxiedLauncher, QWEN3_DIR, SERVED_MODEL, type ProxiedLauncherConfig } from "./launcher.ts";
+export { proxiedLauncher, QWEN3_DIR, rolloutSession, SERVED_MODEL, type ProxiedLauncherConfig } from "./launcher.ts";
+export { DEFAULT_POLICY_SAMPLING, isEngineAddress, PolicyEngine, PolicyEngineError, type PolicyEngineConfig, type PolicySampling } from "./policy-engine.ts";
 export { referenceHarness } from "./reference.ts";
 export { CLAUDE_CODE_TOOLS, CLAUDE_CODE_VERSION, claudeCodeHarness, RUNTIMES_DIR } from "./claude-code.ts";
+export { OPENHANDS_SDK_VERSION, openHandsHarness } from "./openhands.ts";
+export { PYTHON_VERSION } from "./python-runtime.ts";
+export { MINI_SWE_AGENT_VERSION, miniSweAgentHarness } from "./mini-swe-agent.ts";
 
 /** Per harness, the tool names its model uses for each job (what scripted engines call). */
 export const HARNESS_TOOLS: Record<string, { harness: Harness; tools: ToolNames }> = {
@@ -29,12 +35,20 @@ export const HARNESS_TOOLS: Record<string, { harness: Harness; tools: ToolNames 
     harness: claudeCodeHarness(),
     tools: { write: { name: "Edit", path: "file_path", content: "new_string", fixed: { replace_all: false, old_string: "" } }, shell: { name: "Bash", command: "command" } },
   },
+  // OpenHands SDK: its file_editor (command "create", which makes no missing folder) and terminal tools; it ends on its finish tool.
+  openhands: {
+    harness: openHandsHarness(),
+    tools: {
+      write: { name: "file_editor", path: "path", content: "file_text", fixed: { command: "create" }, makesParents: false },
+      shell: { name: "terminal", command: "command" },
+      submit: { name: "finish", args: { message: "Done: the fix is applied." } },
+    },
+  },
+  // mini-swe-agent: bash only (files written through it); it submits with its own echo command.
+  "mini-swe-agent": {
+    harness: miniSweAgentHarness(),
+    tools: { shell: { name: "bash", command: "command" }, submit: { name: "bash", args: { command: "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" } } },
+  },
 };
 
-for (const [name, { harness, tools }] of Object.entries(HARNESS_TOOLS)) {
-  registerHarness(name, async ({ engine }) => {
-    if (!(ENGINES as readonly string[]).includes(engine))
-      throw new HarnessEngineError(`--engine ${JSON.stringify(engine)}: unknown engine for harness ${name} (known: ${ENGINES.join(", ")})`);
-    return proxiedLauncher({ harness, engineName: engine, engine: (model, def) => scriptedHarnessEngine(engine, model, def, tools) });
-  });
-}
+for (const [name, { harness, tools }] of Object.entries(HARNESS_TOOLS)) registerHarness(name, (opts) => harnessLauncherFor(harness, tools, opts));

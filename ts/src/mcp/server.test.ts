@@ -16,7 +16,7 @@ describe("lego MCP server", () => {
     const monitor = new Monitor();
     const steps = [0, 1, 2, 3, 4].map((i) => ({ step: i, signal: batchSignal(trajectories) }));
     for (const s of steps) monitor.observe(s.step, s.signal);
-    const server = runServer({ steps: () => steps, alerts: () => monitor.alerts, trajectories: () => trajectories });
+    const server = runServer({ steps: () => steps, batches: () => [], alerts: () => monitor.alerts, trajectories: () => trajectories });
     const [a, b] = InMemoryTransport.createLinkedPair();
     const client = new Client({ name: "test", version: "0" });
     await Promise.all([server.connect(a), client.connect(b)]);
@@ -52,6 +52,15 @@ describe("lego mcp over stdio", () => {
       await client.connect(new StdioClientTransport({ command: resolve(import.meta.dirname, "../../bin/lego"), args: ["mcp", "--run-dir", dir] }));
       const r = await client.callTool({ name: "alerts", arguments: {} });
       expect(JSON.parse((r.content as { text: string }[])[0]!.text)).toMatchObject([{ kind: "lr_zero", at: 2 }]);
+      // A batch the sender's Spool writes (a real .lgrb file) is read as the run's trajectories.
+      const { Spool } = await import("../transport/index.ts");
+      const rows = replicate(syntheticTrajectory("t", 120, routing), 2, "sp");
+      const { header, payload } = encodeTrajectoryBatch(rows, routing, { batchId: "b-0", producerId: "w", seq: 0 });
+      new Spool(join(dir, "spool")).append(header, payload);
+      const status = JSON.parse(((await client.callTool({ name: "run_status", arguments: {} })).content as { text: string }[])[0]!.text);
+      expect(status).toMatchObject({ steps: 2, trajectories: 2 });
+      const t = JSON.parse(((await client.callTool({ name: "trajectory", arguments: { id: "sp-1" } })).content as { text: string }[])[0]!.text);
+      expect(t.trajectory_id).toBe("sp-1");
     } finally {
       await client.close();
       rmSync(dir, { recursive: true, force: true });

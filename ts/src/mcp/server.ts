@@ -6,10 +6,18 @@
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { z } from "zod";
 import type { Alert, Signal } from "../monitor/index.ts";
-import type { Trajectory } from "../schema/index.ts";
+import type { BatchHeader, Trajectory } from "../schema/index.ts";
+
+/** One spooled rollout batch, decoded. */
+export interface SpooledBatch {
+  header: BatchHeader;
+  trajectories: Trajectory[];
+}
 
 export interface RunView {
   steps(): { step: number; signal: Signal }[];
+  /** Rollout batches in the order they were spooled. */
+  batches(): SpooledBatch[];
   alerts(): Alert[];
   trajectories(): Trajectory[];
 }

@@ -1,16 +1,17 @@
 /**
  * `lego monitor replay STEP_LOG`: run a trainer step log through the monitor and print each
- * alert as one JSON line (and append it to --alert-log). The Live UI is not built yet, so
- * `lego monitor` without a subcommand still refuses with the not-built exit code.
+ * alert as one JSON line (and append it to --alert-log). A live monitor attached to a running
+ * trainer is not built yet, so `lego monitor` without a subcommand still refuses with the
+ * not-built exit code; the Live UI over a run folder is `lego ui` (ts/src/ui).
  */
 import type { Argv } from "yargs";
-import { ComponentNotBuiltError, type LegoCommand } from "../cli/component.ts";
+import { ComponentNotBuiltError, type LegoCommand } from "../lego-command.ts";
 import { Monitor } from "./monitor.ts";
 import { monitorStepLog } from "./step-log.ts";
 
 export const monitorCommand: LegoCommand = {
   command: "monitor [args..]",
-  describe: "replay a trainer step log through the alert monitor (the Live UI is not built yet)",
+  describe: "replay a trainer step log through the alert monitor (the Live UI is `lego ui`)",
   builder: (y: Argv) =>
     y
       .command(
@@ -28,6 +29,6 @@ export const monitorCommand: LegoCommand = {
       )
       .strict(false),
   handler: () => {
-    throw new ComponentNotBuiltError("monitor", "observability: Live UI");
+    throw new ComponentNotBuiltError("monitor", "observability: a live monitor attached to a running trainer; the Live UI over a run folder is `lego ui`");
   },
 };

@@ -13,13 +13,8 @@
  */
 import { closeSync, openSync, readFileSync, writeSync } from "node:fs";
 import type { Argv } from "yargs";
-import type { LegoCommand } from "../cli/component.ts";
-import { ScriptedEngine, type ScriptedReply } from "../engine/scripted.ts";
-import { SglangEngine } from "../engine/sglang.ts";
-import type { EngineClient } from "../engine/types.ts";
-import { VllmEngine } from "../engine/vllm.ts";
-import { AffinityEngine } from "../engine/affinity.ts";
-import { ZmqEngine } from "../engine/zmq.ts";
+import type { LegoCommand } from "../lego-command.ts";
+import { AffinityEngine, ScriptedEngine, SglangEngine, VllmEngine, ZmqEngine, type EngineClient, type ScriptedReply } from "../engine/index.ts";
 import type { TurnListener } from "./capture/session-capture.ts";
 import { loadProxyModel, type ProxyModel } from "./model.ts";
 import { ProxyServer } from "./server.ts";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { Growable } from "./capture/growable.ts";
+import { Growable } from "./growable.ts";
 import { PieceTable, hashUnits } from "./piece-table.ts";
 
 /** UTF-16 code units of `text`. */

@@ -11,7 +11,7 @@
  * alive the long text it was cut from (a slice of 13 or more characters would).
  */
 
-import type { Growable } from "./capture/growable.ts";
+import type { Growable } from "./growable.ts";
 
 /** Text as code units: bytes of ASCII text, or UTF-16 code units. */
 export type CodeUnits = Uint8Array | Uint16Array;

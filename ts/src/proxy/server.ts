@@ -11,7 +11,7 @@
 import { randomBytes, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { EngineClient } from "../engine/types.ts";
+import type { EngineClient } from "../engine/index.ts";
 import { parseMessagesRequest, streamMessage, writeMessage } from "./anthropic-messages.ts";
 import { SessionCapture, type SessionRecords, type TurnListener } from "./capture/session-capture.ts";
 import type { ChatRequest } from "./chat.ts";

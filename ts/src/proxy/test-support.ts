@@ -4,8 +4,8 @@
  * and a started proxy. Not a test file itself.
  */
 import { fileURLToPath } from "node:url";
-import { ScriptedEngine, type ScriptedEngineConfig } from "../engine/scripted.ts";
-import type { EngineClient } from "../engine/types.ts";
+import { ScriptedEngine, type ScriptedEngineConfig } from "../engine/index.ts";
+import type { EngineClient } from "../engine/index.ts";
 import { loadProxyModel, type ProxyModel } from "./model.ts";
 import { ProxyServer, type ListenOn, type ProxyServerConfig } from "./server.ts";
 import type { Segment, Turn } from "./records.ts";

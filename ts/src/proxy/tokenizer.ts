@@ -21,7 +21,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Tokenizer } from "@huggingface/tokenizers";
 import { ByteLevelDecoder } from "./byte-level-decoder.ts";
-import { Growable } from "./capture/growable.ts";
+import { Growable } from "./growable.ts";
 import { PieceTable, hashUnits, type CodeUnits } from "./piece-table.ts";
 
 export class ModelFilesError extends Error {

@@ -4,8 +4,8 @@
  * The API adapters (openai-chat, anthropic-messages, openai-responses) only
  * translate these events into their own wire shapes.
  */
-import type { EngineClient, EngineRejection } from "../engine/types.ts";
-import { EngineAbortedError, isEngineRejection } from "../engine/types.ts";
+import type { EngineClient, EngineRejection } from "../engine/index.ts";
+import { EngineAbortedError, isEngineRejection } from "../engine/index.ts";
 import type { AssistantReply, ChatMessage, ChatRequest, ReplyStop, ToolCall } from "./chat.ts";
 import type { SessionCapture } from "./capture/session-capture.ts";
 import type { PromptCodec, PromptPlan, ThreadCapture } from "./capture/thread-capture.ts";

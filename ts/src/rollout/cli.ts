@@ -6,8 +6,9 @@
  */
 import { randomBytes } from "node:crypto";
 import type { Argv } from "yargs";
-import type { LegoCommand } from "../cli/component.ts";
+import type { LegoCommand } from "../lego-command.ts";
 import { defaultTasksConfig, emptyAgent, harnessLauncher, openTaskSource, oracleAgent, type AgentLauncher } from "../tasks/index.ts";
+import { PolicyEngineError } from "../harness/index.ts";
 import { Sender } from "../transport/index.ts";
 import { WorkerConfigError, buildWorkerConfig, readWorkerConfigFile, type WorkerConfig } from "./config.ts";
 import { RolloutEvents } from "./events.ts";
@@ -18,7 +19,10 @@ import { runWorkerLoop } from "./worker.ts";
 async function launcherFor(cfg: WorkerConfig): Promise<AgentLauncher> {
   if (cfg.harness === "oracle") return oracleAgent;
   if (cfg.harness === "empty") return emptyAgent;
-  return harnessLauncher({ harness: cfg.harness, engine: cfg.engine! });
+  return harnessLauncher({
+    harness: cfg.harness, engine: cfg.engine!, modelDir: cfg.modelDir,
+    sampling: { temperature: cfg.temperature, maxTokensPerTurn: cfg.maxTokensPerTurn }, limits: { maxTurns: cfg.maxTurns },
+  });
 }
 
 /** Runs the worker with a built config; returns the summary (also printed). */
@@ -42,7 +46,7 @@ export async function runRollout(cfg: WorkerConfig, io: { tty: boolean; out: (s:
   let result;
   try {
     result = await runWorkerLoop(tasks, { runner, launcher, sink: sender, events }, {
-      groupSize: cfg.groupSize, concurrency: cfg.concurrency, maxAttempts: cfg.maxAttempts, runId, routing: null,
+      groupSize: cfg.groupSize, concurrency: cfg.concurrency, maxAttempts: cfg.maxAttempts, runId, routing: launcher.routing ?? null,
       staleness: { maxStaleness: cfg.maxStaleness }, samplingVersion: launcher.samplingVersion?.bind(launcher), log: (l) => io.err(`${l}\n`),
     });
     await sender.drain(cfg.drainTimeoutMs);
@@ -65,7 +69,11 @@ export const rolloutCommand: LegoCommand = {
       .option("config", { type: "string", describe: "TOML file with the same fields (snake_case); flags override it" })
       .option("tasks", { type: "string", describe: "task source (directory, .jsonl, task list, suite name)" })
       .option("harness", { type: "string", describe: "oracle, empty, or a registered harness adapter" })
-      .option("engine", { type: "string", describe: "engine behind the harness's proxy session" })
+      .option("engine", { type: "string", describe: "engine behind the harness's proxy session: scripted-gold, answer-at-once, or a real engine's tcp://HOST:PORT (python -m lego_rl.engine)" })
+      .option("model-dir", { type: "string", describe: "with an engine address: the model directory the engine serves (tokenizer, chat template)" })
+      .option("temperature", { type: "number", describe: "with an engine address: sampling temperature of every turn (default 1)" })
+      .option("max-tokens-per-turn", { type: "number", describe: "with an engine address: completion tokens per turn at most (default 2048)" })
+      .option("max-turns", { type: "number", describe: "the harness's model calls per rollout at most (default 30)" })
       .option("group-size", { type: "number", describe: "rollouts per task (default 4)" })
       .option("concurrency", { type: "number", describe: "rollouts in flight (default 4)" })
       .option("trainer", { type: "string", describe: "the trainer's receiver, tcp://HOST:PORT" })
@@ -80,7 +88,7 @@ export const rolloutCommand: LegoCommand = {
       await runRollout(configFrom(a), { tty: process.stdout.isTTY === true, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) });
     } catch (e) {
       // A bad flag or config file is the operator's to fix: say which, without a stack trace.
-      if (!(e instanceof WorkerConfigError)) throw e;
+      if (!(e instanceof WorkerConfigError || e instanceof PolicyEngineError)) throw e;
       process.stderr.write(`lego rollout: ${e.message}\n`);
       process.exitCode = 1;
     }
@@ -91,7 +99,7 @@ export const rolloutCommand: LegoCommand = {
 function configFrom(a: Record<string, any>): WorkerConfig {
   const file = a.config ? readWorkerConfigFile(a.config as string) : {};
   return buildWorkerConfig(file, {
-    tasks: a.tasks, harness: a.harness, engine: a.engine, groupSize: a["group-size"], concurrency: a.concurrency, trainer: a.trainer,
+    tasks: a.tasks, harness: a.harness, engine: a.engine, modelDir: a["model-dir"], temperature: a.temperature, maxTokensPerTurn: a["max-tokens-per-turn"], maxTurns: a["max-turns"], groupSize: a["group-size"], concurrency: a.concurrency, trainer: a.trainer,
     maxStaleness: a["max-staleness"], maxAttempts: a["max-attempts"], warmPool: a["warm-pool"], spoolDir: a["spool-dir"], producerId: a["producer-id"], limit: a.limit,
   } as Partial<WorkerConfig>);
 }

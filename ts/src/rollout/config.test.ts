@@ -31,6 +31,18 @@ describe("worker config", () => {
     expect(() => buildWorkerConfig({}, { ...base, harness: "claude-code" })).toThrow(/needs --engine/);
     expect(() => buildWorkerConfig({}, { harness: "oracle", trainer: base.trainer })).toThrow(/tasks is required/);
     expect(() => buildWorkerConfig({}, { ...base, maxStaleness: -1 })).toThrow(/--max-staleness/);
+    // A real engine's address needs the model it serves (the proxy's tokenizer); sampling must be a distribution.
+    const real = { ...base, harness: "reference", engine: "tcp://127.0.0.1:5556" };
+    expect(() => buildWorkerConfig({}, real)).toThrow(/--engine tcp:\/\/127.0.0.1:5556 needs --model-dir/);
+    expect(() => buildWorkerConfig({}, { ...real, modelDir: "/m", temperature: 0 })).toThrow(/--temperature must be > 0/);
+    expect(() => buildWorkerConfig({}, { ...real, modelDir: "/m", maxTokensPerTurn: 0 })).toThrow(/--max-tokens-per-turn must be a positive integer/);
+    expect(() => readWorkerConfigFile(file("t.toml", 'temperature = "hot"\n'))).toThrow(/temperature must be a number/);
+  });
+
+  it("reads the real-engine fields from the file (sampling defaults: temperature 1)", () => {
+    const f = readWorkerConfigFile(file("r.toml", 'tasks = "easy"\nharness = "reference"\ntrainer = "tcp://127.0.0.1:5555"\nengine = "tcp://127.0.0.1:5556"\nmodel_dir = "/models/tiny"\nmax_tokens_per_turn = 64\nmax_turns = 4\n'));
+    expect(buildWorkerConfig(f, {})).toMatchObject({ engine: "tcp://127.0.0.1:5556", modelDir: "/models/tiny", temperature: 1, maxTokensPerTurn: 64, maxTurns: 4 });
+    expect(buildWorkerConfig(f, { temperature: 0.7 }).temperature).toBe(0.7);
   });
 });
 

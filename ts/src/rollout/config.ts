@@ -11,8 +11,16 @@ export interface WorkerConfig {
   tasks: string;
   /** `oracle`, `empty`, or a registered harness adapter's name. */
   harness: string;
-  /** Engine behind a harness's proxy session (required for adapters, unused by oracle/empty). */
+  /** Engine behind a harness's proxy session (required for adapters, unused by oracle/empty): a scripted engine's name or a real engine's tcp://HOST:PORT. */
   engine: string | null;
+  /** With an engine address: the model directory it serves (the proxy's tokenizer and chat template). */
+  modelDir: string | null;
+  /** With an engine address: sampling temperature of every turn. */
+  temperature: number;
+  /** With an engine address: completion tokens per turn at most. */
+  maxTokensPerTurn: number;
+  /** The harness's model calls per rollout at most. */
+  maxTurns: number;
   /** Rollouts per task; a group ships when all of them are final. */
   groupSize: number;
   /** Rollouts in flight at once. */
@@ -37,6 +45,10 @@ export interface WorkerConfig {
 
 export const DEFAULT_WORKER_CONFIG: Omit<WorkerConfig, "tasks" | "harness" | "trainer"> = {
   engine: null,
+  modelDir: null,
+  temperature: 1,
+  maxTokensPerTurn: 2048,
+  maxTurns: 30,
   groupSize: 4,
   concurrency: 4,
   maxStaleness: null,
@@ -53,10 +65,14 @@ export class WorkerConfigError extends Error {
 }
 
 /** TOML key → field, with the value's kind. */
-const FIELDS: Record<string, { key: keyof WorkerConfig; kind: "string" | "int" | "int?" | "string?" }> = {
+const FIELDS: Record<string, { key: keyof WorkerConfig; kind: "string" | "int" | "int?" | "string?" | "number" }> = {
   tasks: { key: "tasks", kind: "string" },
   harness: { key: "harness", kind: "string" },
   engine: { key: "engine", kind: "string?" },
+  model_dir: { key: "modelDir", kind: "string?" },
+  temperature: { key: "temperature", kind: "number" },
+  max_tokens_per_turn: { key: "maxTokensPerTurn", kind: "int" },
+  max_turns: { key: "maxTurns", kind: "int" },
   group_size: { key: "groupSize", kind: "int" },
   concurrency: { key: "concurrency", kind: "int" },
   trainer: { key: "trainer", kind: "string" },
@@ -81,8 +97,8 @@ export function readWorkerConfigFile(file: string): Partial<WorkerConfig> {
   for (const [k, v] of Object.entries(doc)) {
     const f = FIELDS[k];
     if (!f) throw new WorkerConfigError(`${file}: unknown key ${JSON.stringify(k)} (known: ${Object.keys(FIELDS).join(", ")})`);
-    const ok = f.kind.startsWith("int") ? Number.isInteger(v) : typeof v === "string";
-    if (!ok) throw new WorkerConfigError(`${file}: ${k} must be ${f.kind.startsWith("int") ? "an integer" : "a string"}, got ${JSON.stringify(v)}`);
+    const ok = f.kind === "number" ? typeof v === "number" : f.kind.startsWith("int") ? Number.isInteger(v) : typeof v === "string";
+    if (!ok) throw new WorkerConfigError(`${file}: ${k} must be ${f.kind === "number" ? "a number" : f.kind.startsWith("int") ? "an integer" : "a string"}, got ${JSON.stringify(v)}`);
     out[f.key] = v;
   }
   return out as Partial<WorkerConfig>;
@@ -93,7 +109,7 @@ export function buildWorkerConfig(file: Partial<WorkerConfig>, flags: Partial<Wo
   const defined = Object.fromEntries(Object.entries(flags).filter(([, v]) => v !== undefined));
   const cfg = { ...DEFAULT_WORKER_CONFIG, ...file, ...defined } as WorkerConfig;
   for (const k of ["tasks", "harness", "trainer"] as const) if (!cfg[k]) throw new WorkerConfigError(`${k} is required (flag --${k} or key ${k} in the config file)`);
-  const positive = { groupSize: "group-size", concurrency: "concurrency", maxAttempts: "max-attempts" } as const;
+  const positive = { groupSize: "group-size", concurrency: "concurrency", maxAttempts: "max-attempts", maxTokensPerTurn: "max-tokens-per-turn", maxTurns: "max-turns" } as const;
   for (const [k, flag] of Object.entries(positive)) {
     const v = cfg[k as keyof typeof positive];
     if (!Number.isInteger(v) || v < 1) throw new WorkerConfigError(`--${flag} must be a positive integer, got ${v}`);
@@ -101,5 +117,8 @@ export function buildWorkerConfig(file: Partial<WorkerConfig>, flags: Partial<Wo
   if (cfg.maxStaleness !== null && (!Number.isInteger(cfg.maxStaleness) || cfg.maxStaleness < 0)) throw new WorkerConfigError(`--max-staleness must be a non-negative integer, got ${cfg.maxStaleness}`);
   if (!/^(tcp|ipc):\/\//.test(cfg.trainer)) throw new WorkerConfigError(`--trainer must be a tcp:// or ipc:// address, got ${cfg.trainer}`);
   if (!["oracle", "empty"].includes(cfg.harness) && !cfg.engine) throw new WorkerConfigError(`--harness ${cfg.harness} needs --engine`);
+  if (!(typeof cfg.temperature === "number" && cfg.temperature > 0)) throw new WorkerConfigError(`--temperature must be > 0, got ${cfg.temperature}`);
+  // A real engine's address needs the model it serves: the proxy tokenizes with it.
+  if (cfg.engine && /^(tcp|ipc):\/\//.test(cfg.engine) && !cfg.modelDir) throw new WorkerConfigError(`--engine ${cfg.engine} needs --model-dir (the model directory the engine serves)`);
   return cfg;
 }

@@ -13,7 +13,7 @@ import { ensureBaseImage, type AgentSandbox } from "../sandbox/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS, leftoverContainers } from "../sandbox/test-support.ts";
 import { defaultTasksConfig, openTaskSource, oracleAgent, type Task } from "../tasks/index.ts";
 import { Sender } from "../transport/index.ts";
-import type { JsonLineProcess } from "../transport/bench-peers.ts";
+import type { JsonLineProcess } from "../json-line-process.ts";
 import { RolloutEvents, RolloutRunner, SummaryCollector, runWorkerLoop, type RolloutEvent } from "./index.ts";
 import { receivedRows, startReceiver } from "./test-support.ts";
 

@@ -12,7 +12,7 @@ import { ensureBaseImage } from "../sandbox/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS, leftoverContainers } from "../sandbox/test-support.ts";
 import { defaultTasksConfig, openTaskSource, oracleAgent } from "../tasks/index.ts";
 import { Sender } from "../transport/index.ts";
-import { JsonLineProcess, PYTHON } from "../transport/bench-peers.ts";
+import { JsonLineProcess, PYTHON } from "../json-line-process.ts";
 import { RolloutEvents, RolloutRunner, runWorkerLoop, type RolloutEvent } from "./index.ts";
 
 /** The real receiver with version 3 published before any sender connects (announced on hello). */

@@ -1,13 +1,13 @@
 import { describe, expect, it } from "vitest";
 import type { Trajectory } from "../schema/index.ts";
-import { buildSegment } from "../schema/vectors.ts";
+import { synthetic } from "../schema/index.ts";
 import { mayStartRollout, oldestPolicyVersion, overStalenessBound } from "./index.ts";
 
 const turn = (id: string, v: number) => ({ turn_id: id, prompt: 3, completion: 2, tail: 1, policy_version: v, finish_reason: "stop" as const });
 const traj = (versions: number[]): Trajectory => ({
   trajectory_id: "t", group_id: "g", task_id: "x", harness: "oracle", status: "ok", reward: 1, attempt: 0, defense_flags: [], error: null,
   metrics: { turns: versions.length, tool_calls: 0, rereads_after_edit: 0, side_thread_turns: 0, rolled_back_turns: 0, wall_time_s: 1 },
-  segments: versions.length ? [buildSegment({ segment_id: "s", thread: "main", thread_id: "m", seal_reason: "finished", seed: 1, turns: versions.map((v, i) => turn(`t${i}`, v)) }, null)] : [],
+  segments: versions.length ? [synthetic.buildSegment({ segment_id: "s", thread: "main", thread_id: "m", seal_reason: "finished", seed: 1, turns: versions.map((v, i) => turn(`t${i}`, v)) }, null)] : [],
 });
 
 describe("staleness rule", () => {

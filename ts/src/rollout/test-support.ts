@@ -1,6 +1,6 @@
 /** Test helpers of the rollout concern: the real Python receiver and what it spooled. */
 import { spawnSync } from "node:child_process";
-import { JsonLineProcess, PYTHON } from "../transport/bench-peers.ts";
+import { JsonLineProcess, PYTHON } from "../json-line-process.ts";
 
 /** Starts `python -m lego_rl.transport receive` on a free port; resolves once it listens. */
 export async function startReceiver(spool: string): Promise<{ receiver: JsonLineProcess; address: string }> {

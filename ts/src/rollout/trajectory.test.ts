@@ -1,12 +1,12 @@
 import { describe, expect, it } from "vitest";
 import { SchemaError, decodeBatch, encodeBatch, type Segment, type Trajectory } from "../schema/index.ts";
-import { buildSegment } from "../schema/vectors.ts";
+import { synthetic } from "../schema/index.ts";
 import type { RolloutOutcome } from "../sandbox/index.ts";
 import { buildTrajectory, type SessionRecords } from "./index.ts";
 
 const turn = (id: string) => ({ turn_id: id, prompt: 5, completion: 4, tail: 2, policy_version: 3, finish_reason: "stop" as const });
 const seg = (id: string, thread: "main" | "side", turns: number): Segment =>
-  buildSegment({ segment_id: id, thread, thread_id: `${thread}-0`, seal_reason: "finished", seed: id.length, turns: Array.from({ length: turns }, (_, i) => turn(`${id}.${i}`)) }, null);
+  synthetic.buildSegment({ segment_id: id, thread, thread_id: `${thread}-0`, seal_reason: "finished", seed: id.length, turns: Array.from({ length: turns }, (_, i) => turn(`${id}.${i}`)) }, null);
 
 const session = (segments: Segment[]): SessionRecords => ({ segments, toolCalls: 7, rereadsAfterEdit: 1, rolledBackTurns: 0 });
 const outcome = (o: Partial<RolloutOutcome>): RolloutOutcome => ({ status: "ok", reward: 1, defenseFlags: [], attempts: 1, timingsMs: {}, log: "", ...o });

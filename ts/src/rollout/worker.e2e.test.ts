@@ -12,7 +12,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureBaseImage } from "../sandbox/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS, leftoverContainers } from "../sandbox/test-support.ts";
-import type { JsonLineProcess } from "../transport/bench-peers.ts";
+import type { JsonLineProcess } from "../json-line-process.ts";
 import { receivedRows, startReceiver } from "./test-support.ts";
 
 const LEGO = resolve(import.meta.dirname, "../../bin/lego");

@@ -7,7 +7,7 @@
  * rollout (agent, grading). `--n` (default 30) sets the pairs.
  * The last line is one JSON object.
  */
-import { benchFlags, positiveInt } from "../bench/flags.ts";
+import { benchFlags, positiveInt } from "../bench/index.ts";
 import { Sandbox } from "./container.ts";
 import { containersOfRun } from "./reaper.ts";
 import { currentRun } from "./run-identity.ts";

@@ -14,7 +14,7 @@ import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { benchFlags, positiveInt } from "../bench/flags.ts";
+import { benchFlags, positiveInt } from "../bench/index.ts";
 import { ensureBaseImage } from "./base-image.ts";
 import { Sandbox } from "./container.ts";
 import { dockerClient } from "./docker.ts";

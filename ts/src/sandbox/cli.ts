@@ -3,7 +3,7 @@
  * Output is one JSON object per line, so scripts and CI can read it.
  */
 import type { Argv } from "yargs";
-import type { LegoCommand } from "../cli/component.ts";
+import type { LegoCommand } from "../lego-command.ts";
 import { DEFAULT_BASE, ensureBaseImage } from "./base-image.ts";
 import { checkTask } from "./check.ts";
 import { collectImages } from "./image-gc.ts";

@@ -18,3 +18,6 @@ export { reapDeadRuns } from "./reaper.ts";
 export { collectImages, type ImageGcPolicy } from "./image-gc.ts";
 export { checkTask, oracleProgram, type TaskCheck } from "./check.ts";
 export { sandboxCommand } from "./cli.ts";
+// Task sources pack and hash trees the way task images do.
+export { filesOfDir, unpack, type TarEntry, type TarFile } from "./tar.ts";
+export { hashTree } from "./hash.ts";

@@ -62,8 +62,9 @@ describe("agent stage: proxy route and mounted runtimes", () => {
         script: [
           "set -e",
           `test "$(/opt/lego-runtimes/node --version)" = "${process.version}"`,
-          "! command -v node", // the image itself has no node
-          "! cp /dev/null /opt/lego-runtimes/node 2>/dev/null", // read-only
+          // `set -e` ignores a command inverted with `!`, so each check exits on its own.
+          "if command -v node; then exit 8; fi", // the image itself has no node
+          "if cp /dev/null /opt/lego-runtimes/node 2>/dev/null; then exit 9; fi", // read-only
         ].join("\n"),
       },
     });

@@ -11,7 +11,8 @@ import { describe, expect, it } from "vitest";
 import { decodeBatch } from "./arrow-decode.ts";
 import { recordDifferences } from "./compare.ts";
 import { decodeControl, encodeControl } from "./control-codec.ts";
-import { REPO_ROOT, arrowCases, encodeCase, loadCases, writeVectors } from "./vectors.ts";
+import { REPO_ROOT } from "../repo-root.ts";
+import { arrowCases, encodeCase, loadCases, writeVectors } from "./vectors.ts";
 
 const VECTORS = join(REPO_ROOT, "schemas/vectors");
 const PYTHON = join(REPO_ROOT, ".venv/bin/python");

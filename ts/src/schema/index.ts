@@ -12,3 +12,4 @@ export {
   allocRouting, checkRoutingShape, routingDtype, routingFromMetadata, routingPerToken, type RoutingShape,
 } from "./routing.ts";
 export { trainableProblems, validateRecords, validateSegment } from "./validate.ts";
+export * as synthetic from "./synthetic.ts";

@@ -9,6 +9,7 @@ import type { RolloutRunnerConfig, SessionRecords } from "../rollout/index.ts";
 import { oracleProgram, type AgentProgram, type RolloutOutcome, type TaskDefinition } from "../sandbox/index.ts";
 import { TaskSourceError } from "./errors.ts";
 import type { Task } from "./task.ts";
+import type { RoutingShape } from "../schema/index.ts";
 
 /** What one rollout's agent stage runs, and how to tear it down. */
 export interface AgentRollout {
@@ -33,12 +34,21 @@ export interface AgentLauncher {
   start(task: Task, def: TaskDefinition, rolloutId: string): Promise<AgentRollout>;
   /** The policy version the launcher's engine samples new rollouts with; the rollout worker's staleness bound needs it. */
   samplingVersion?(): number;
+  /** The routing shape of the segments its engine records (MoE); null or absent when they carry none. */
+  readonly routing?: RoutingShape | null;
   close?(): Promise<void>;
 }
 
 export interface HarnessOptions {
   harness: string;
+  /** A scripted engine's name, or a real engine's address (tcp://HOST:PORT, ipc://PATH). */
   engine: string;
+  /** With an engine address: the model directory the engine serves (the proxy's tokenizer and chat template). */
+  modelDir?: string | null;
+  /** With an engine address: how every turn samples (harness/policy-engine.ts). */
+  sampling?: { temperature: number; maxTokensPerTurn: number };
+  /** The harness's own limits (model calls, agent-stage wall clock). */
+  limits?: { maxTurns?: number; timeoutSec?: number };
 }
 
 export type HarnessFactory = (opts: HarnessOptions) => Promise<AgentLauncher>;

@@ -14,7 +14,7 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
-import { benchFlags, positiveInt } from "../bench/flags.ts";
+import { benchFlags, positiveInt } from "../bench/index.ts";
 import { RolloutRunner } from "../rollout/index.ts";
 import { ensureBaseImage, ensureTaskImage, loadTask, taskImageTag } from "../sandbox/index.ts";
 import { defaultTasksConfig } from "./config.ts";

@@ -7,7 +7,7 @@
  */
 import { writeFileSync } from "node:fs";
 import type { Argv } from "yargs";
-import type { LegoCommand } from "../cli/component.ts";
+import type { LegoCommand } from "../lego-command.ts";
 import { RolloutRunner } from "../rollout/index.ts";
 import { emptyAgent, harnessLauncher, oracleAgent, type AgentLauncher } from "./agents.ts";
 import { defaultTasksConfig, type TasksConfig } from "./config.ts";
@@ -140,7 +140,11 @@ export const evalCommand: LegoCommand = {
       .option("oracle", { type: "boolean", default: false, describe: "apply each task's gold solution (every healthy task scores 1)" })
       .option("empty", { type: "boolean", default: false, describe: "do nothing (every healthy task scores 0)" })
       .option("harness", { type: "string", describe: "harness adapter (ts/src/harness/)" })
-      .option("engine", { type: "string", describe: "engine behind the harness's proxy session" })
+      .option("engine", { type: "string", describe: "engine behind the harness's proxy session: scripted-gold, answer-at-once, or a real engine's tcp://HOST:PORT (python -m lego_rl.engine)" })
+      .option("model-dir", { type: "string", describe: "with an engine address: the model directory the engine serves (tokenizer, chat template)" })
+      .option("temperature", { type: "number", default: 1, describe: "with an engine address: sampling temperature of every turn" })
+      .option("max-tokens-per-turn", { type: "number", default: 2048, describe: "with an engine address: completion tokens per turn at most" })
+      .option("max-turns", { type: "number", default: 30, describe: "the harness's model calls per rollout at most" })
       .option("k", { type: "number", default: 1, describe: "samples per task; pass@k is reported" })
       .option("concurrency", { type: "number", default: 2 })
       .option("warm-pool", { type: "number", default: 1, describe: "warm containers per image and stage" })
@@ -151,6 +155,7 @@ export const evalCommand: LegoCommand = {
         const modes = [a.oracle, a.empty, a.harness !== undefined].filter(Boolean).length;
         if (modes !== 1) throw new Error("choose one of --oracle, --empty or --harness H --engine E");
         if (a.harness !== undefined && a.engine === undefined) throw new Error("--harness needs --engine");
+        if (/^(tcp|ipc):\/\//.test(String(a.engine ?? "")) && a["model-dir"] === undefined) throw new Error(`--engine ${a.engine as string} needs --model-dir (the model directory the engine serves)`);
         if (!Number.isInteger(a.k) || a.k < 1) throw new Error("--k must be a positive integer");
         return true;
       }),
@@ -162,7 +167,10 @@ export const evalCommand: LegoCommand = {
       progress(`healthy-only: ${h.healthy.length} kept, ${h.quarantined.length} quarantined, ${h.unchecked.length} unchecked (run \`lego tasks validate\`)`);
       tasks = h.healthy;
     }
-    const launcher: AgentLauncher = a.oracle ? oracleAgent : a.empty ? emptyAgent : await harnessLauncher({ harness: a.harness as string, engine: a.engine as string });
+    const launcher: AgentLauncher = a.oracle ? oracleAgent : a.empty ? emptyAgent : await harnessLauncher({
+      harness: a.harness as string, engine: a.engine as string, modelDir: (a["model-dir"] as string | undefined) ?? null,
+      sampling: { temperature: a.temperature as number, maxTokensPerTurn: a["max-tokens-per-turn"] as number }, limits: { maxTurns: a["max-turns"] as number },
+    });
     const runner = await RolloutRunner.create({ ...launcher.runner, concurrency: a.concurrency as number, warmPoolSize: a["warm-pool"] as number });
     let report;
     try {

@@ -8,8 +8,7 @@
 import { createHash } from "node:crypto";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { loadTask } from "../sandbox/index.ts";
-import { filesOfDir } from "../sandbox/tar.ts";
+import { filesOfDir, loadTask } from "../sandbox/index.ts";
 import type { TasksConfig } from "./config.ts";
 import { TaskSourceError } from "./errors.ts";
 import { safeName, writeOnce } from "./materialize.ts";

@@ -1,6 +1,6 @@
 /** `lego tasks mine`: generate the builtin suite (see mine.ts). Long: minutes per project on 2 cores. */
 import type { Argv } from "yargs";
-import type { LegoCommand } from "../cli/component.ts";
+import type { LegoCommand } from "../lego-command.ts";
 import { defaultTasksConfig } from "./config.ts";
 import { DEFAULT_MINE, mineBuiltin } from "./mine.ts";
 import { BUILTIN_PROJECTS } from "./projects.ts";

@@ -12,8 +12,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, w
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { gunzipSync } from "node:zlib";
-import { DEFAULT_LIMITS, ensureBaseImage, ensureTaskImage, Sandbox } from "../sandbox/index.ts";
-import { unpack, type TarFile } from "../sandbox/tar.ts";
+import { DEFAULT_LIMITS, ensureBaseImage, ensureTaskImage, Sandbox, unpack, type TarFile } from "../sandbox/index.ts";
 import type { TasksConfig } from "./config.ts";
 import { TaskSourceError } from "./errors.ts";
 import { writeRepo, type CommitSpec, type Tree } from "./git.ts";

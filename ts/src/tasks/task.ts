@@ -5,8 +5,7 @@
  */
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { taskImageTag, type TaskDefinition } from "../sandbox/index.ts";
-import { hashTree } from "../sandbox/hash.ts";
+import { hashTree, taskImageTag, type TaskDefinition } from "../sandbox/index.ts";
 import type { RepoRef } from "./materialize.ts";
 import type { SweBenchRecord } from "./swebench.ts";
 

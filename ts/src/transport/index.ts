@@ -3,6 +3,6 @@ export { DEFAULT_MAX_BATCH_BYTES, encodeTrajectoryBatch, estimateBytes, planBatc
 export { SenderClosedError, SpoolFormatError, TransportError, TransportTimeoutError, isTransportError } from "./errors.ts";
 export { Sender, type SenderConfig, type SenderEvent, type SenderStats } from "./sender.ts";
 export { Spool, spoolFileName, type SpoolEntry } from "./spool.ts";
-export { parseSpoolFile, readSpoolFile, writeSpoolFile, type SpoolFile } from "./spool-file.ts";
+export { parseSpoolFile, readSpoolFile, SPOOL_SUFFIX, writeSpoolFile, type SpoolFile } from "./spool-file.ts";
 export { isSpoolFolder, spoolStats, tapHeaders, type SpoolStats, type TappedBatch } from "./spool-stats.ts";
 export { replicate, syntheticTrajectory } from "./workload.ts";

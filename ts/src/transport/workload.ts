@@ -1,13 +1,13 @@
 /**
  * Synthetic trajectories for tests, fixtures and the benchmark, built with the
- * golden-vector builders (schema/vectors.ts) so every value follows the
+ * seeded synthetic builders (schema/synthetic.ts) so every value follows the
  * formulas both languages share. Token arrays may be shared between rows:
  * only the ids differ, which keeps large benchmark sets cheap to build.
  */
 import type { RoutingShape, Trajectory } from "../schema/index.ts";
-import { buildTrajectory } from "../schema/vectors.ts";
+import { synthetic } from "../schema/index.ts";
 
-type TrajectorySpec = Parameters<typeof buildTrajectory>[0];
+type TrajectorySpec = synthetic.TrajectorySpec;
 
 /** One trajectory of `tokens` tokens in one main-thread segment of `turns` turns. */
 export function syntheticTrajectory(id: string, tokens: number, routing: RoutingShape | null, turns = 4, seed = 1): Trajectory {
@@ -25,7 +25,7 @@ export function syntheticTrajectory(id: string, tokens: number, routing: Routing
       }),
     }],
   } as unknown as TrajectorySpec;
-  return buildTrajectory(spec, routing);
+  return synthetic.buildTrajectory(spec, routing);
 }
 
 /** `count` rows sharing the token arrays of one template, each with its own ids. */

@@ -1,8 +1,8 @@
 /**
  * The engine process every path calls (direct, nginx, LiteLLM and the proxy alike):
  * `decodeMs` per sampled token is waited before answering (the paced workload).
- * OpenAI chat JSON for the token-free paths, vLLM /v1/completions SSE with ids for
- * the proxy. For the latter it keeps how long it held each request (headers in to
+ * OpenAI chat JSON (/v1/chat/completions) or Anthropic Messages JSON (/v1/messages)
+ * for the token-free paths, vLLM /v1/completions SSE with ids for the proxy. For the latter it keeps how long it held each request (headers in to
  * last byte out, by request_id) and serves them at GET /held, so the proxy can
  * count its own engine-client hop: its wait on the engine minus the engine's time.
  */
@@ -44,6 +44,19 @@ export async function engineRole(decodeMs: number): Promise<void> {
       const id = /"request_id":"([^"]+)"/.exec(body)?.[1];
       if (id) held[id] = performance.now() - t0;
       return;
+    }
+    if (req.url === "/v1/messages") {
+      const text = JSON.stringify({
+        id: `msg_${n}`,
+        type: "message",
+        role: "assistant",
+        model: "bench",
+        content: [{ type: "tool_use", id: `toolu_${n++}`, name: "run", input: REPLY_ARGS }],
+        stop_reason: "tool_use",
+        stop_sequence: null,
+        usage: { input_tokens: 0, output_tokens: ids.length },
+      });
+      return void res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(text) }).end(text);
     }
     const text = JSON.stringify({
       id: `chatcmpl-${n}`,

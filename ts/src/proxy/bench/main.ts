@@ -11,7 +11,13 @@
  * chat JSON for the token-free paths, vLLM /v1/completions SSE with ids for the
  * proxy, so every path pays one engine hop.
  *
- * Two workloads, each run for every path:
+ * Two API shapes (--apis openai,anthropic; workload.ts): Chat Completions, and
+ * Claude-Code-shaped Messages (system blocks, tool_result blocks, re-serialized
+ * tool inputs, a moving cache breakpoint: no re-sent body repeats the last).
+ * LiteLLM runs the OpenAI shape only (for Messages it would add a translation
+ * to Chat Completions that the other paths do not pay).
+ *
+ * Two workloads, each run for every path and API:
  *   paced         the engine takes a stated time per sampled token
  *                 (--decode-ms-per-token, default 20 ms: a batched decode step
  *                 of a served MoE model) before it answers, on every path, and
@@ -41,10 +47,11 @@
  * Every other figure is kept under "paced" and "back_to_back".
  *
  * Run: pnpm exec tsx src/proxy/bench/main.ts [--sessions 64] [--target-tokens 30000] [--rounds 3]
- *        [--decode-ms-per-token 20] [--tool-ms 100] [--workloads paced,back_to_back] [--only direct,passthrough,litellm,proxy]
+ *        [--decode-ms-per-token 20] [--tool-ms 100] [--workloads paced,back_to_back] [--apis openai,anthropic]
+ *        [--only direct,passthrough,litellm,proxy]
  * The proxy process runs with the V8 flags `lego` uses (node-flags.ts).
  * Profiling the proxy process: --cpu-prof-dir DIR (node's --cpu-prof), --proxy-node-flags "--trace-gc".
- * Last stdout line: {"bench":"proxy","measure":...,"overhead_p50_ms",...}.
+ * Last stdout line: {"bench":"proxy","measure":...,"overhead_p50_ms",...,"anthropic_overhead_p50_ms",...}.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync } from "node:fs";
@@ -57,7 +64,7 @@ import { engineRole } from "./engine-role.ts";
 import { child, nginxAdded, startLitellm, startNginx, type Child } from "./peers.ts";
 import { proxyRole, type ProxyStats } from "./proxy-role.ts";
 import { pairedAdded, pct } from "./stats.ts";
-import { drive, turnsPerSession, type Target } from "./workload.ts";
+import { APIS, drive, turnsPerSession, type Api, type Target } from "./workload.ts";
 
 const SELF = fileURLToPath(import.meta.url);
 interface WorkloadResult {
@@ -83,9 +90,9 @@ interface WorkloadResult {
 const round = (x: number | null) => (x === null ? null : Number(x.toFixed(3)));
 
 /** Runs every wanted path against an engine that waits `decodeMs` per sampled token. */
-async function workload(label: string, decodeMs: number, toolMs: number, want: (name: string) => boolean): Promise<WorkloadResult> {
+async function workload(label: string, decodeMs: number, toolMs: number, api: Api, want: (name: string) => boolean): Promise<WorkloadResult> {
   const tsx = ["--import", "tsx", SELF];
-  console.log(`--- ${label}: engine ${decodeMs} ms per sampled token, tool time ${toolMs} ms on average`);
+  console.log(`--- ${label}: ${api} API, engine ${decodeMs} ms per sampled token, tool time ${toolMs} ms on average`);
   const engine = child(process.execPath, [...tsx, "--role", "engine", "--sessions", String(SESSIONS), "--decode-ms-per-token", String(decodeMs)]);
   const enginePort = (JSON.parse(await engine.firstLine) as { port: number }).port;
   const procs: ChildProcess[] = [engine.proc];
@@ -98,17 +105,18 @@ async function workload(label: string, decodeMs: number, toolMs: number, want: (
   let proxyProc: Child | null = null;
   let stats = "";
   try {
-    if (want("direct")) targets.push({ name: "direct", ...fixed(`http://127.0.0.1:${enginePort}/v1/chat/completions`) });
+    if (want("direct")) targets.push({ name: "direct", ...fixed(`http://127.0.0.1:${enginePort}`) });
     nginx = want("passthrough") ? await startNginx(enginePort) : null;
     if (nginx) {
       procs.push(nginx.proc);
       targets.push({ name: "passthrough", ...fixed(nginx.url) });
     } else if (want("passthrough")) console.log("passthrough: nginx not found (apt-get install nginx-light)");
-    const litellm = want("litellm") ? await startLitellm(enginePort, strArg("litellm-bin", "")) : null;
+    // LiteLLM would turn Messages into a Chat Completions call to the engine: not the same hop, so it runs the OpenAI workload only.
+    const litellm = want("litellm") && api === "openai" ? await startLitellm(enginePort, strArg("litellm-bin", "")) : null;
     if (litellm) {
       procs.push(litellm.proc);
       targets.push({ name: "litellm", ...fixed(litellm.url, { authorization: "Bearer sk-bench" }) });
-    } else if (want("litellm")) console.log("litellm: not available (pip install 'litellm[proxy]' or pass --litellm-bin)");
+    } else if (want("litellm") && api === "openai") console.log("litellm: not available (pip install 'litellm[proxy]' or pass --litellm-bin)");
     if (want("proxy")) {
       stats = join(mkdtempSync(join(tmpdir(), "bench-proxy-")), "added.json");
       const profDir = strArg("cpu-prof-dir", "");
@@ -119,14 +127,14 @@ async function workload(label: string, decodeMs: number, toolMs: number, want: (
       procs.push(p.proc);
       proxyProc = p;
       const { sessions } = JSON.parse(await p.firstLine) as { sessions: Array<{ url: string; secret: string }> };
-      targets.push({ name: "proxy", url: (s) => sessions[s]!.url, headers: (s) => ({ authorization: `Bearer ${sessions[s]!.secret}` }) });
+      targets.push({ name: "proxy", url: (s) => sessions[s]!.url, headers: (s): Record<string, string> => (api === "openai" ? { authorization: `Bearer ${sessions[s]!.secret}` } : { "x-api-key": sessions[s]!.secret }) });
     }
     // Sessions 0..SESSIONS-1 warm every path up; round r uses sessions r*SESSIONS.. (new texts, and new proxy sessions).
-    for (const t of targets) await drive(t, 0, toolMs);
+    for (const t of targets) await drive(t, 0, toolMs, api);
     for (let round = 1; round <= ROUNDS; round++)
       for (const t of targets) {
         if (t.name === "proxy") await proxyProc!.ask("measure");
-        const lat = await drive(t, round * SESSIONS, toolMs);
+        const lat = await drive(t, round * SESSIONS, toolMs, api);
         if (t.name === "proxy") await proxyProc!.ask("pause");
         const all = (e2e[t.name] ??= new Map());
         for (const [k, v] of lat) all.set(k, v);
@@ -183,13 +191,19 @@ async function driver(): Promise<void> {
   const only = process.argv.includes("--only") ? strArg("only", "").split(",") : null;
   const want = (name: string) => !only || only.includes(name);
   const workloads = strArg("workloads", "paced,back_to_back").split(",");
+  const apis = strArg("apis", APIS.join(",")).split(",") as Api[];
   const results: Record<string, WorkloadResult> = {};
+  for (const api of apis) if (!APIS.includes(api)) throw new Error(`unknown --apis entry ${api} (known: ${APIS.join(", ")})`);
   for (const w of workloads) {
     if (w !== "paced" && w !== "back_to_back") throw new Error(`unknown workload ${w}`);
-    results[w] = await workload(w, w === "paced" ? DECODE_MS_PER_TOKEN : 0, w === "paced" ? TOOL_MS : 0, want);
+    for (const api of apis) {
+      const key = api === "openai" ? w : `${w}_${api}`;
+      results[key] = await workload(key, w === "paced" ? DECODE_MS_PER_TOKEN : 0, w === "paced" ? TOOL_MS : 0, api, want);
+    }
   }
-  const head = results["paced"] ?? results["back_to_back"]!;
-  const measure = results["paced"] ? "paired_added_paced" : "paired_added_back_to_back";
+  const head = results["paced"] ?? results["back_to_back"] ?? results["paced_anthropic"] ?? results["back_to_back_anthropic"]!;
+  const measure = results["paced"] ? "paired_added_paced" : results["back_to_back"] ? "paired_added_back_to_back" : results["paced_anthropic"] ? "paired_added_paced_anthropic" : "paired_added_back_to_back_anthropic";
+  const anthropic = results["paced_anthropic"] ?? results["back_to_back_anthropic"];
   const ratio = (a: number | null | undefined, b: number | null | undefined) => (a == null || b == null || b <= 0 ? null : Number((a / b).toPrecision(3)));
   // Unclamped: a floor at or below 0 makes the ratio meaningless, so it is null and the floor itself is reported.
   const floor = head.paired_added_p50_ms["passthrough"];
@@ -208,6 +222,9 @@ async function driver(): Promise<void> {
       vs_passthrough_p50: ratio(head.paired_added_p50_ms["proxy"], floor),
       vs_litellm: ratio(head.paired_added_p50_ms["proxy"], head.paired_added_p50_ms["litellm"]),
       litellm_workers: want("litellm") ? availableParallelism() : null,
+      anthropic_overhead_p50_ms: anthropic?.paired_added_p50_ms["proxy"] ?? null,
+      anthropic_overhead_p99_ms: anthropic?.paired_added_p99_ms["proxy"] ?? null,
+      anthropic_vs_passthrough_p50: anthropic ? ratio(anthropic.paired_added_p50_ms["proxy"], anthropic.paired_added_p50_ms["passthrough"]) : null,
       ...results,
     }),
   );

@@ -79,7 +79,7 @@ http {
     proc.kill();
     return null;
   }
-  return { proc, url: `http://127.0.0.1:${port}/v1/chat/completions`, log: join(dir, "hop.log") };
+  return { proc, url: `http://127.0.0.1:${port}`, log: join(dir, "hop.log") };
 }
 
 /** nginx's own share of each request: $request_time - $upstream_response_time (ms; nginx logs with 1 ms resolution). */
@@ -108,6 +108,6 @@ export async function startLitellm(enginePort: number, bin = ""): Promise<{ proc
     proc.kill();
     return null;
   }
-  return { proc, url: `http://127.0.0.1:${port}/v1/chat/completions` };
+  return { proc, url: `http://127.0.0.1:${port}` };
 }
 

@@ -8,8 +8,8 @@
 import { writeFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { PerformanceObserver } from "node:perf_hooks";
-import type { EngineClient } from "../../engine/types.ts";
-import { VllmEngine } from "../../engine/vllm.ts";
+import type { EngineClient } from "../../engine/index.ts";
+import { VllmEngine } from "../../engine/index.ts";
 import { loadProxyModel } from "../model.ts";
 import { ProxyServer } from "../server.ts";
 import { QWEN3_DIR } from "../test-support.ts";
@@ -155,6 +155,6 @@ export async function proxyRole(enginePort: number, statsOut: string): Promise<v
     writeFileSync(statsOut, JSON.stringify(stats));
     process.exit(0);
   });
-  console.log(JSON.stringify({ sessions: sessions.map((s) => ({ url: `${s.baseUrl}/v1/chat/completions`, secret: s.secret })) }));
+  console.log(JSON.stringify({ sessions: sessions.map((s) => ({ url: s.baseUrl, secret: s.secret })) }));
 }
 

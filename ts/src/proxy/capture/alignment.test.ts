@@ -91,6 +91,32 @@ describe("segments stay token-exact when clients re-serialize history", () => {
     expect(records.counters).toMatchObject({ main_turns: 3, tool_calls: 2 });
   });
 
+  it("keeps a reply whose token split is not the tokenizer's own: the next prompt carries the engine's ids, not a re-tokenization", async () => {
+    const model = qwen3();
+    const text = `Looking first.\n${qwen3ToolCall("run", { cmd: "cat README.md", cwd: "/w" })}`;
+    // The same text, one token per character: what a sampling policy may emit, and what
+    // re-tokenizing the echoed text would merge back into far fewer tokens.
+    const split = [...text].flatMap((ch) => model.tokenizer.encode(ch));
+    expect(model.tokenizer.decode(split)).toBe(text);
+    expect(split.length).toBeGreaterThan(model.tokenizer.encode(text).length);
+    const { engine, session, proxy } = await setup([{ token_ids: [...split, model.codec.endOfTurnId] }, { text: "It says hello." }]);
+    const messages: Msg[] = [{ role: "system", content: "Agent." }, { role: "user", content: "Read the README." }];
+    const first = await chat(session, messages);
+    const calls = first["tool_calls"] as Array<{ id: string; function: { name: string; arguments: string } }>;
+    expect(calls.map((c) => JSON.parse(c.function.arguments))).toEqual([{ cmd: "cat README.md", cwd: "/w" }]);
+    messages.push({ role: "assistant", content: first["content"], tool_calls: calls.map((c) => ({ ...c, type: "function", function: { ...c.function, arguments: reserialize(c.function.arguments) } })) });
+    messages.push({ role: "tool", tool_call_id: calls[0]!.id, content: "hello" });
+    await chat(session, messages);
+    // The second prompt extends the first prompt plus the engine's own ids, split as sampled.
+    const [p0, p1] = [Array.from(engine.prompts[0]!), Array.from(engine.prompts[1]!)];
+    expect(p1.slice(0, p0.length + split.length)).toEqual([...p0, ...split]);
+    const records = expectAligned(proxy.closeSession(session.id), engine);
+    expect(records.segments.map((seg) => [seg.thread, seg.turns.length])).toEqual([["main", 2]]);
+    const seg = records.segments[0]!;
+    const span = seg.turns[0]!;
+    expect(Array.from(seg.token_ids.slice(span.completion_start, span.completion_start + split.length))).toEqual(split);
+  });
+
   it("matches assistant turns by tool-call id when the harness renames the tool (Claude Code)", async () => {
     const { engine, session, proxy } = await setup([{ text: qwen3ToolCall("Bash", { command: "ls", timeout: 5 }) }, { text: "done" }]);
     const first = await anthropic(session, [{ role: "user", content: "ls please" }]);

@@ -5,7 +5,7 @@
  * rather than tokenized to the end.
  */
 import { PromptTooLongError } from "../errors.ts";
-import { Growable } from "./growable.ts";
+import { Growable } from "../growable.ts";
 import type { PromptCodec } from "./thread-capture.ts";
 
 /** A prompt of `n` tokens must leave room for one sampled token. */

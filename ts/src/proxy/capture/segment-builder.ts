@@ -13,7 +13,7 @@
  * prompt routing, for sampled tokens only if the same policy version sampled them.
  */
 import { TokenProvenance, type FinishReason, type Routing, type Segment, type SealReason, type SegmentThread, type TurnSpan } from "../records.ts";
-import { Growable } from "./growable.ts";
+import { Growable } from "../growable.ts";
 
 export class RoutingShapeError extends Error {
   constructor(message: string) {

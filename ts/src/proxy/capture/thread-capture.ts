@@ -21,7 +21,7 @@ import { InvalidRequestError } from "../errors.ts";
 import { TokenProvenance, type Turn } from "../records.ts";
 import type { TextTokenizer } from "../tokenizer.ts";
 import { assistantFingerprint } from "./fingerprint.ts";
-import { Growable } from "./growable.ts";
+import { Growable } from "../growable.ts";
 import { checkFits, probeFits } from "./prompt-budget.ts";
 import { SegmentBuilder } from "./segment-builder.ts";
 

@@ -2,7 +2,8 @@ import type { Argv, CommandModule } from "yargs";
 
 /**
  * A component's contribution to the `lego` CLI. Each component folder exports
- * one of these from its `cli.ts`; `registry.ts` lists them in one place.
+ * one of these from its `cli.ts`; `cli/registry.ts` lists them in one place. It
+ * lives below both, so a component never imports from `cli/`.
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- each command types its own arguments
 export type LegoCommand = CommandModule<any, any>;

@@ -1,0 +1,1 @@
+export { BenchFlagError, benchFlags, positiveInt, type BenchFlagSpec } from "./flags.ts";
