@@ -92,37 +92,39 @@ def _containers_of(pid: int) -> list[str]:
 def test_the_loop_end_to_end_engine_harness_sandbox_trainer_and_back(tmp_path: Path) -> None:
     model = write_tiny_model(tmp_path / "tiny-qwen3", tokenizer="qwen3", seed=0)
     engine = subprocess.Popen([sys.executable, "-m", "lego_rl.engine", "--model", str(model), "--bind", "tcp://127.0.0.1:*"],
-                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                              cwd=REPO, stdout=subprocess.PIPE, stderr=(tmp_path / "engine.err").open("w"), text=True, start_new_session=True)
     trainer = None
     try:
         engine_address = _lines(engine, "listening", 120)["address"]
+        # The trainer's output goes to files: Ray is chatty, and an unread pipe would block it.
+        trainer_out, trainer_err = tmp_path / "trainer.out", tmp_path / "trainer.err"
         trainer = subprocess.Popen(
             [sys.executable, "-m", "lego_rl.cluster.train", "--model", str(model), "--checkpoints", str(tmp_path / "ckpt"),
              "--receive", "tcp://127.0.0.1:*", "--receiver-spool", str(tmp_path / "receiver"), "--max-steps", str(GROUPS),
              "--weights-dir", str(tmp_path / "weights"), "--sync-engine", engine_address, "--log", str(tmp_path / "steps.jsonl")],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            cwd=REPO, stdout=trainer_out.open("w"), stderr=trainer_err.open("w"), start_new_session=True,
             env={**os.environ, "RAY_AUTH_MODE": "disabled"},
         )
-        assert trainer.stderr is not None
         receiver_address = None
-        deadline = time.monotonic() + 150
-        while receiver_address is None and time.monotonic() < deadline:
-            line = trainer.stderr.readline()
-            if not line:
-                raise AssertionError(f"trainer exited ({trainer.poll()}) before receiving")
-            if line.startswith("trainer: receiving on "):
-                receiver_address = line.split()[-1]
-        assert receiver_address, "the trainer never said where it receives"
+        deadline = time.monotonic() + 300
+        while receiver_address is None:
+            found = [l for l in trainer_err.read_text().splitlines() if l.startswith("trainer: receiving on ")]
+            if found:
+                receiver_address = found[0].split()[-1]
+                break
+            assert trainer.poll() is None, f"trainer exited ({trainer.returncode}) before receiving: {trainer_err.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, "the trainer never said where it receives"
+            time.sleep(0.1)  # polling a file the trainer writes; not synchronisation by sleeping
 
         worker_process = subprocess.Popen(
             [str(LEGO), "rollout", "--tasks", str(_coin_tasks(tmp_path / "tasks")), "--harness", "reference",
              "--engine", engine_address, "--model-dir", str(model), "--max-tokens-per-turn", "16", "--max-turns", "2",
-             "--group-size", str(G), "--concurrency", str(G), "--trainer", receiver_address,
+             "--group-size", str(G), "--concurrency", str(G), "--trainer", receiver_address, "--max-staleness", "1",
              "--spool-dir", str(tmp_path / "sender"), "--producer-id", "smoke"],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         try:
-            out, err = worker_process.communicate(timeout=240)
+            out, err = worker_process.communicate(timeout=420)
         except subprocess.TimeoutExpired:
             worker_process.kill()
             raise
@@ -134,8 +136,9 @@ def test_the_loop_end_to_end_engine_harness_sandbox_trainer_and_back(tmp_path: P
         assert summary["droppedEnvErrors"] == 0 and "env_error" not in summary["statuses"]
         assert summary["sender"]["accepted"] == GROUPS and summary["sender"]["queued"] == 0
 
-        assert trainer.wait(timeout=180) == 0, trainer.stderr.read()[-3000:]
-        final = json.loads(trainer.stdout.read().strip().splitlines()[-1]) if trainer.stdout else {}
+        assert trainer.wait(timeout=300) == 0, trainer_err.read_text()[-3000:]
+        # Ray may forward actor output to the driver's stdout too: the summary is the last line with "steps".
+        final = [json.loads(l) for l in trainer_out.read_text().splitlines() if l.startswith('{"steps"')][-1]
         steps = [json.loads(l) for l in (tmp_path / "steps.jsonl").read_text().splitlines()]
         assert len(steps) == GROUPS == final["steps"]
 

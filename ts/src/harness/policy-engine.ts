@@ -116,8 +116,9 @@ export class PolicyEngine implements EngineClient {
   }
 
   async close(): Promise<void> {
-    await this.refreshing;
+    // Closing first fails a version ask still waiting on a gone engine, so close never hangs on it.
     await this.inner.close();
+    await this.refreshing;
   }
 
   private seen(version: number): void {

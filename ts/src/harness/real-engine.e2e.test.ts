@@ -8,7 +8,8 @@
  * env_error), within its bound, with no container left, and its segments must
  * carry the engine's own logprobs and MoE routing for every policy token.
  */
-import { execFileSync } from "node:child_process";
+import { execFile, execFileSync } from "node:child_process";
+import { promisify } from "node:util";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -122,6 +123,21 @@ describe("harnesses against the real Python engine (tiny MoE, Qwen3 vocabulary)"
       }
     } finally {
       await launcher.close!();
+    }
+  }, 300_000);
+
+  it("lego eval --engine tcp://… --model-dir …: the CLI reaches the same engine and reports agent outcomes", async () => {
+    const lego = join(REPO_ROOT, "ts/bin/lego");
+    const { stdout } = await promisify(execFile)(lego, [
+      "eval", "--tasks", "easy:seed=7,count=1", "--harness", "reference", "--engine", address, "--model-dir", modelDir,
+      "--max-tokens-per-turn", "16", "--max-turns", "2", "--k", "2", "--concurrency", "2",
+    ], { timeout: 240_000, maxBuffer: 1 << 24 });
+    const report = JSON.parse(stdout.trim().split("\n").at(-1)!) as { agent: string; rows: { status: string; reward: number }[] };
+    expect(report.agent).toBe("reference/zmq");
+    expect(report.rows).toHaveLength(2);
+    for (const r of report.rows) {
+      expect(["ok", "agent_error"]).toContain(r.status);
+      expect(r.reward).toBe(0);
     }
   }, 300_000);
 
