@@ -21,7 +21,7 @@ const LEGO = join(REPO_ROOT, "ts/bin/lego");
 
 /** Training demonstrations and evaluation tasks come from different seeds of the family, never the same tasks. */
 export const DEMO_TASKS = "easy:seed=101,count=48";
-export const EVAL_TASKS = "easy:seed=7,count=8";
+export const EVAL_TASKS = "easy:seed=7,count=40";
 
 export class WarmStartError extends Error {}
 
