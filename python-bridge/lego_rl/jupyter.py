@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lego_rl.schema import decode_batch
-from lego_rl.transport.errors import TapTimeoutError
-from lego_rl.transport.spool_file import SUFFIX, read_spool_file
+from lego_rl.transport import SPOOL_SUFFIX as SUFFIX
+from lego_rl.transport import TapTimeoutError, read_spool_file
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -4,7 +4,9 @@
 # and no container needs the network:
 #   OUT/node/bin/node        this host's Node binary (Debian bookworm host and
 #                            base image share glibc, so it runs unchanged)
-#   OUT/harness/             npm packages: Claude Code, OpenCode (pinned below)
+#   OUT/harness/             npm packages: Claude Code, OpenCode, Codex CLI (pinned below);
+#                            OUT/harness/bin/rg is the ripgrep Codex ships (OpenCode
+#                            downloads one at start when none is on PATH)
 #   OUT/python/, OUT/openhands/, OUT/mini-swe-agent/
 #                            CPython 3.12.1 and the Python harnesses, built by
 #                            build-python-runtimes.sh [--with-openhands PREFIX:
@@ -18,6 +20,7 @@ set -euo pipefail
 
 CLAUDE_CODE_VERSION="${CLAUDE_CODE_VERSION:-2.1.332}"
 OPENCODE_VERSION="${OPENCODE_VERSION:-1.18.33}"
+CODEX_VERSION="${CODEX_VERSION:-0.171.0}"
 
 usage() { echo "usage: $0 OUT_DIR [--check | --with-openhands PYTHON_PREFIX]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
@@ -34,10 +37,10 @@ done
 
 # Reads or updates OUT/manifest.json (node is what set-up and the build already need).
 manifest() {
-  MANIFEST="$out/manifest.json" CLAUDE_CODE_VERSION="$CLAUDE_CODE_VERSION" OPENCODE_VERSION="$OPENCODE_VERSION" node -e '
+  MANIFEST="$out/manifest.json" CLAUDE_CODE_VERSION="$CLAUDE_CODE_VERSION" OPENCODE_VERSION="$OPENCODE_VERSION" CODEX_VERSION="$CODEX_VERSION" node -e '
     const fs = require("fs");
     const path = process.env.MANIFEST;
-    const want = { "claude-code": process.env.CLAUDE_CODE_VERSION, opencode: process.env.OPENCODE_VERSION };
+    const want = { "claude-code": process.env.CLAUDE_CODE_VERSION, opencode: process.env.OPENCODE_VERSION, codex: process.env.CODEX_VERSION };
     let have = {};
     try { have = JSON.parse(fs.readFileSync(path, "utf8")); } catch {}
     if (process.argv[1] === "check") process.exit(Object.entries(want).every(([k, v]) => have[k] === v) ? 0 : 1);
@@ -46,7 +49,7 @@ manifest() {
 }
 
 if [ "$check" = 1 ]; then
-  manifest check && [ -x "$out/harness/node_modules/@anthropic-ai/claude-code-linux-x64/claude" ] && [ -x "$out/node/bin/node" ] &&
+  manifest check && [ -x "$out/harness/node_modules/@anthropic-ai/claude-code-linux-x64/claude" ] && [ -x "$out/harness/bin/rg" ] && [ -x "$out/node/bin/node" ] &&
     "$(dirname "$0")/build-python-runtimes.sh" "$out" --check
   exit
 fi
@@ -57,7 +60,9 @@ install -m 0755 "$(command -v node)" "$out/node/bin/node"
 # Claude Code's postinstall links its platform binary (from an optional
 # dependency), so scripts must run; OpenCode works without its own.
 npm install --prefix "$out/harness" --no-audit --no-fund \
-  "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION}" "opencode-ai@${OPENCODE_VERSION}"
+  "@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION}" "opencode-ai@${OPENCODE_VERSION}" "@openai/codex@${CODEX_VERSION}"
+mkdir -p "$out/harness/bin"
+ln -sfn ../node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/codex-path/rg "$out/harness/bin/rg"
 
 # CPython 3.12.1 with the OpenHands SDK and mini-swe-agent (own pins and stamp).
 "$(dirname "$0")/build-python-runtimes.sh" "$out" ${py_prefix:+--python-prefix "$py_prefix"}
@@ -66,5 +71,7 @@ chmod -R a+rX "$out"
 echo "runtimes in $out:"
 "$out/harness/node_modules/.bin/claude" --version
 "$out/harness/node_modules/.bin/opencode" --version
+"$out/harness/node_modules/.bin/codex" --version
+"$out/harness/bin/rg" --version | head -1
 # Last: a build that failed above leaves the manifest as it was, so set-up tries again.
 manifest write

@@ -18,7 +18,7 @@ from typing import Any
 import ray
 import torch
 
-from lego_rl.engine.server import EngineServerConfig
+from ..engine import EngineServerConfig
 
 from ..weights import EngineServerSyncConfig, EngineServerWeightSync
 

@@ -7,9 +7,8 @@ from typing import Any, Iterator
 
 import ray
 
-from ..schema import decode_batch
-from ..schema.routing import RoutingShape
-from ..trainer.sources import TrainingBatch
+from ..schema import RoutingShape, decode_batch
+from ..trainer import TrainingBatch
 from ..toy import ToyTask, toy_batch, toy_requests
 
 

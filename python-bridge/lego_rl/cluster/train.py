@@ -16,9 +16,7 @@ from pathlib import Path
 from ..engine import EngineConfig
 from ..entry import run_entry
 from ..model import read_config
-from ..trainer.driver import train
-from ..trainer.job import parse_job
-from ..trainer.sources import BatchSource, ReceiverSource, SpoolFolderSource
+from ..trainer import BatchSource, ReceiverSource, SpoolFolderSource, parse_job, train
 from ..toy import ToyTask, routing_shape_of
 from ..transport import Receiver, ReceiverConfig, reuse_heap_memory
 from .engine_group import start_engines

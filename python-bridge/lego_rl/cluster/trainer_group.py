@@ -20,11 +20,9 @@ import torch
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from ..schema.generated import Trajectory
-from ..trainer.advantages import GroupAdvantages
-from ..trainer.checkpoint import CheckpointError, CheckpointStore, TrainerPosition
-from ..trainer.packing import pack_step, split_for_ranks
-from ..trainer.step import PolicyUpdater, StepConfig
+from ..schema import Trajectory
+from ..trainer import (CheckpointError, CheckpointStore, GroupAdvantages, PolicyUpdater, StepConfig, TrainerPosition,
+                       pack_step, split_for_ranks)
 from ..weights import WeightPublisher
 
 
@@ -52,7 +50,7 @@ class TrainerRank:
     def join(self, address: str, port: int, backend: str) -> None:
         import torch.distributed as dist
 
-        from ..model.expert_parallel import shard_experts
+        from ..model import shard_experts
 
         dist.init_process_group(backend, init_method=f"tcp://{address}:{port}", rank=self.rank, world_size=self.world)
         shard_experts(self.model)
@@ -87,7 +85,7 @@ class TrainerRank:
         """The full state dict (experts gathered from every rank: call on all ranks together)."""
         if self.world == 1:
             return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        from ..model.expert_parallel import gather_expert_state
+        from ..model import gather_expert_state
 
         return {k: v.detach().clone() for k, v in gather_expert_state(self.model).items()}
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import ray
 
-from lego_rl.transport.service import ReceiverService
+from ..transport import ReceiverService
 
 TransportActor = ray.remote(num_cpus=1)(ReceiverService)
 

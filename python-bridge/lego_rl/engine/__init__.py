@@ -1,5 +1,7 @@
 """Embedded inference engine: token ids in; token ids, logprobs and MoE routing out (see docs/model.md)."""
 
+from typing import Any
+
 from .engine import Engine, EngineConfig
 from .sampling import choose_tokens, raw_logprobs
 from .types import (
@@ -18,6 +20,8 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "EngineError",
+    "EngineServer",
+    "EngineServerConfig",
     "FinishReason",
     "GenerationRequest",
     "GenerationResult",
@@ -29,3 +33,15 @@ __all__ = [
     "choose_tokens",
     "raw_logprobs",
 ]
+
+# The ZeroMQ server (server.py, `python -m lego_rl.engine`) is loaded on first use, so that
+# importing the engine in-process does not pull in zmq and the Arrow codecs.
+_SERVER = ("EngineServer", "EngineServerConfig")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SERVER:
+        from . import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module 'lego_rl.engine' has no attribute {name!r}")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from lego_rl.model.tiny import find_qwen3_tokenizer_dir
+from lego_rl.model import find_qwen3_tokenizer_dir
 
 from .engine import Engine, EngineConfig
 from .types import GenerationRequest, SamplingParams

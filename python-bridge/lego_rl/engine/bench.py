@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from lego_rl.model.tiny import QWEN3_TOKENS, write_tiny_model
+from lego_rl.model import QWEN3_TOKENS, write_tiny_model
 
 from .agent_bench import AgentWorkload
 from .agent_bench import run as run_agent

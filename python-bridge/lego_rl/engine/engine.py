@@ -40,8 +40,7 @@ from typing import Literal
 
 import torch
 
-from lego_rl.model import KVCache, KVPool, MoeForCausalLM, load_model
-from lego_rl.model.checkpoint import CheckpointError, load_state
+from lego_rl.model import CheckpointError, KVCache, KVPool, MoeForCausalLM, load_model, load_state
 
 from .prefix_cache import ChunkKey, PrefixCache
 from .sampling import UniformStream, choose_tokens, raw_logprobs

@@ -48,7 +48,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from lego_rl.schema import ControlMessageError, decode_control, encode_control
-from lego_rl.schema.generated import (
+from lego_rl.schema import (
     SCHEMA_MAJOR,
     SCHEMA_VERSION,
     Abort,
@@ -61,8 +61,7 @@ from lego_rl.schema.generated import (
     UpdateWeights,
     WeightsUpdated,
 )
-from lego_rl.model.checkpoint import CheckpointError, read_config, safetensors_files
-from lego_rl.model.config import ConfigError
+from lego_rl.model import CheckpointError, ConfigError, read_config, safetensors_files
 
 from .engine import Engine, EngineConfig
 from .types import (

@@ -36,8 +36,20 @@ from .generated import (
 from .routing import RoutingShape
 from .validate import trainable_problems
 
+from .generated import (  # the engine's control-plane records
+    SCHEMA_MAJOR,
+    Abort,
+    EngineHello,
+    EngineInfo,
+    GenerateRequest,
+    GenerateResult,
+    TokenChunk,
+    UpdateWeights,
+    WeightsUpdated,
+)
+
 __all__ = [
-    "SCHEMA_VERSION",
+    "Abort",
     "Ack",
     "BatchHeader",
     "ColumnTypeError",
@@ -45,14 +57,21 @@ __all__ = [
     "ControlMessageError",
     "Credit",
     "DecodedBatch",
+    "EngineHello",
+    "EngineInfo",
     "Error",
+    "GenerateRequest",
+    "GenerateResult",
     "Heartbeat",
     "MissingColumnError",
     "RecordShapeError",
     "RoutingShape",
+    "SCHEMA_MAJOR",
+    "SCHEMA_VERSION",
     "SchemaError",
     "SchemaVersionError",
     "Segment",
+    "TokenChunk",
     "TokenProvenance",
     "Trajectory",
     "TrajectoryMetrics",
@@ -60,7 +79,9 @@ __all__ = [
     "Turn",
     "TurnSpan",
     "TurnTimings",
+    "UpdateWeights",
     "WeightVersion",
+    "WeightsUpdated",
     "arrow_schema",
     "batch_records",
     "decode_batch",

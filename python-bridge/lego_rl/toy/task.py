@@ -17,8 +17,7 @@ import numpy as np
 import torch
 
 from ..engine import Engine, GenerationRequest, GenerationResult, SamplingParams
-from ..schema import RoutingShape, Segment, Trajectory, TrajectoryMetrics, TurnSpan, encode_batch
-from ..schema.generated import TokenProvenance
+from ..schema import RoutingShape, Segment, TokenProvenance, Trajectory, TrajectoryMetrics, TurnSpan, encode_batch
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -1,11 +1,19 @@
 """GSPO trainer: advantages, losses, mismatch metrics, the job config (Ray wiring lives in lego_rl.cluster)."""
 
 from .advantages import GroupAdvantages, RolloutOutcome, group_advantages
-from .losses import ClippedSurrogateLoss, GrpoLoss, GspoLoss, GspoTokenLoss, LossInputs, MismatchCorrection
+from .checkpoint import CheckpointError, CheckpointStore, TrainerPosition
+from .driver import LocalPolicy, LoopConfig, train
 from .job import JobConfig, JobConfigError, parse_job
+from .losses import ClippedSurrogateLoss, GrpoLoss, GspoLoss, GspoTokenLoss, LossInputs, MismatchCorrection
 from .mismatch import mismatch_metrics, routing_disagreement
+from .packing import pack_step, split_for_ranks
+from .sources import BatchSource, ReceiverSource, SpoolFolderSource, TrainingBatch
+from .step import PolicyUpdater, StepConfig
 
 __all__ = [
+    "BatchSource",
+    "CheckpointError",
+    "CheckpointStore",
     "ClippedSurrogateLoss",
     "GroupAdvantages",
     "GrpoLoss",
@@ -13,11 +21,22 @@ __all__ = [
     "GspoTokenLoss",
     "JobConfig",
     "JobConfigError",
+    "LocalPolicy",
+    "LoopConfig",
     "LossInputs",
     "MismatchCorrection",
+    "PolicyUpdater",
+    "ReceiverSource",
     "RolloutOutcome",
+    "SpoolFolderSource",
+    "StepConfig",
+    "TrainerPosition",
+    "TrainingBatch",
     "group_advantages",
     "mismatch_metrics",
+    "pack_step",
     "parse_job",
     "routing_disagreement",
+    "split_for_ranks",
+    "train",
 ]

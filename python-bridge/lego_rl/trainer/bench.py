@@ -30,7 +30,7 @@ import torch
 
 from ..engine import Engine, EngineConfig
 from ..model import load_model
-from ..model.tiny import write_tiny_model
+from ..model import write_tiny_model
 from ..schema import decode_batch
 from .advantages import group_advantages
 from .driver import outcome_of

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, TextIO
 
 from typing import Protocol
 
-from ..schema.generated import Trajectory
+from ..schema import Trajectory
 from .advantages import RolloutOutcome, group_advantages
 from .checkpoint import CheckpointStore, TrainerPosition
 from .advantages import GroupAdvantages

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ..schema import DecodedBatch, batch_records
-from ..schema.generated import Segment, Trajectory
+from ..schema import Segment, Trajectory
 from .advantages import GroupAdvantages
 
 UNRECORDED = -1

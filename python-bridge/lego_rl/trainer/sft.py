@@ -36,10 +36,8 @@ import pyarrow as pa
 import torch
 
 from ..entry import run_entry
-from ..model import load_model, read_config
-from ..model.checkpoint import save_model
-from ..schema import SchemaError, batch_records, decode_batch
-from ..schema.generated import Trajectory
+from ..model import load_model, read_config, save_model
+from ..schema import SchemaError, Trajectory, batch_records, decode_batch
 from .advantages import GroupAdvantages
 from .packing import PackedStep, pack_step
 

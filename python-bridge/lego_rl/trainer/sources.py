@@ -76,8 +76,8 @@ class ReceiverSource:
 
     def _spooled(self) -> Iterator[TrainingBatch]:
         from ..transport import read_spool_file
-        from ..transport.errors import SpoolFormatError
-        from ..transport.spool_file import SUFFIX
+        from ..transport import SpoolFormatError
+        from ..transport import SPOOL_SUFFIX as SUFFIX
 
         for path in sorted(self.receiver.spool.batches.glob(f"*{SUFFIX}"), key=lambda p: p.stat().st_mtime_ns):
             try:

@@ -16,7 +16,7 @@ from typing import Literal
 
 import torch
 
-from ..model.moe import MoeBlock
+from ..model import MoeBlock
 from .losses import ClippedSurrogateLoss, GrpoLoss, GspoLoss, GspoTokenLoss, LossInputs, MismatchCorrection
 from .mismatch import mismatch_metrics, routing_disagreement
 from .packing import UNRECORDED, PackedStep
@@ -120,7 +120,7 @@ class PolicyUpdater:
             return float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm))
         import torch.distributed as dist
 
-        from ..model.expert_parallel import allreduce_replicated_grads, replicated_parameters
+        from ..model import allreduce_replicated_grads, replicated_parameters
 
         replicated = replicated_parameters(self.model)
         allreduce_replicated_grads(replicated, self.expert_group)  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ from .heap import reuse_heap_memory
 from .receiver import ReceivedBatch, Receiver, ReceiverConfig
 from .receiver_spool import ReceiverSpool
 from .service import ReceiverService
+from .spool_file import SUFFIX as SPOOL_SUFFIX
 from .spool_file import SpoolRecord, read_spool_file
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "ReceiverConfig",
     "ReceiverService",
     "ReceiverSpool",
+    "SPOOL_SUFFIX",
     "SpoolFormatError",
     "SpoolRecord",
     "TapTimeoutError",

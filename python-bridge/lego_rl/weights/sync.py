@@ -41,9 +41,9 @@ import torch
 import zmq
 from safetensors.torch import save_file
 
-from ..model.checkpoint import ExpertLayout, split_experts
-from ..schema import ControlMessageError, decode_control, encode_control
-from ..schema.generated import SCHEMA_VERSION, EngineHello, EngineInfo, Error, UpdateWeights, WeightsUpdated, WeightVersion
+from ..model import ExpertLayout, split_experts
+from ..schema import (SCHEMA_VERSION, ControlMessageError, EngineHello, EngineInfo, Error, UpdateWeights, WeightsUpdated,
+                      WeightVersion, decode_control, encode_control)
 from ..durable import fsync_dir, fsync_file
 from .vllm_worker_extension import LOAD_METHOD, MANIFEST, SERVED_METHOD, read_manifest_version
 

@@ -101,3 +101,9 @@ def test_the_entry_point_prints_one_line_and_exits_1_for_a_bad_file(tmp_path: Pa
     assert lines[0].startswith("python -m lego_rl.trainer: JobConfigError: ") and str(config) in lines[0]
     assert "training.loss = 'ppo'" in lines[0]
     assert not (tmp_path / "ckpt").exists()  # nothing started, nothing written
+
+
+def test_the_example_job_file_parses_for_the_ray_entry_point():
+    job = _cluster(["--config", str(REPO / "examples" / "train-job.toml")])
+    assert job.source.spool == Path("var/spool") and job.weights.engine == ("tcp://127.0.0.1:5556",)
+    assert job.training.max_staleness == 1

@@ -38,6 +38,9 @@ export interface AffinityConfig {
   sessionOf?: (req: GenerateRequest) => string;
 }
 
+/** The router's defaults, in one place (what `AffinityConfig` leaves out). */
+export const AFFINITY_DEFAULTS = { maxInFlight: 64, downForMs: 5000, maxSessions: 100_000 } as const;
+
 /** Every replica is gone: the request was not sent anywhere. */
 export class NoReplicaError extends EngineError {
   constructor(requestId: string, replicas: number) {
@@ -70,9 +73,9 @@ export class AffinityEngine implements EngineClient {
   constructor(replicas: RoutedEngine[], config: AffinityConfig = {}) {
     if (replicas.length === 0) throw new EngineError("affinity", "needs at least one engine replica");
     this.replicas = replicas.map((client) => ({ client, inFlight: 0, sessions: 0, downUntil: 0 }));
-    this.maxInFlight = config.maxInFlight ?? 64;
-    this.downForMs = config.downForMs ?? 5000;
-    this.maxSessions = config.maxSessions ?? 100_000;
+    this.maxInFlight = config.maxInFlight ?? AFFINITY_DEFAULTS.maxInFlight;
+    this.downForMs = config.downForMs ?? AFFINITY_DEFAULTS.downForMs;
+    this.maxSessions = config.maxSessions ?? AFFINITY_DEFAULTS.maxSessions;
     this.sessionOf = config.sessionOf ?? proxyTurnSession;
   }
 

@@ -35,6 +35,9 @@ import { Dealer } from "zeromq";
 import { decodeControl, encodeControl, SCHEMA_VERSION, type ControlMessage, type EngineInfo, type GenerateResult, type RoutingArray as Routing, type TokenChunk } from "../schema/index.ts";
 import { EngineAbortedError, EngineError, type EngineClient, type EngineRejection, type GenerateChunk, type GenerateRequest } from "./types.ts";
 
+/** The client's defaults, in one place (what `ZmqEngineConfig` leaves out). */
+export const ZMQ_ENGINE_DEFAULTS = { helloTimeoutMs: 60_000 } as const;
+
 export interface ZmqEngineConfig {
   /** Endpoint the engine bound, e.g. tcp://127.0.0.1:5556 (its "listening" line prints it). */
   address: string;
@@ -232,7 +235,7 @@ export class ZmqEngine implements EngineClient {
   /** The first EngineInfo, fetched once: every request needs the routing shape and expert count. */
   private ready(): Promise<EngineInfo> {
     if (!this.firstInfo) {
-      const timeoutMs = this.config.helloTimeoutMs ?? 60_000;
+      const timeoutMs = this.config.helloTimeoutMs ?? ZMQ_ENGINE_DEFAULTS.helloTimeoutMs;
       let timer: NodeJS.Timeout | undefined;
       const timeout = new Promise<never>((_, reject) => {
         timer = setTimeout(() => reject(new EngineError(this.name, `no engine_info from ${this.config.address} within ${timeoutMs} ms; is the engine running?`)), timeoutMs);

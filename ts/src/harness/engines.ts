@@ -19,10 +19,11 @@ export interface ToolNames {
   /**
    * `fixed`: arguments always passed as given (Claude Code creates a file with Edit and an empty old_string).
    * `makesParents: false`: the tool creates no missing folder (OpenHands' file_editor), so the shell makes them first.
-   * Absent for a bash-only harness (mini-swe-agent): files are then written with the shell tool.
+   * Absent for a harness without a write tool (mini-swe-agent, Codex CLI without apply_patch): files are then written with the shell tool.
    */
   write?: { name: string; path: string; content: string; fixed?: Record<string, unknown>; makesParents?: false };
-  shell: { name: string; command: string };
+  /** `fixed`: arguments always passed (OpenCode's bash requires a description). */
+  shell: { name: string; command: string; fixed?: Record<string, unknown> };
   /**
    * Absent where the harness ends on a plain answer; a tool called with no
    * arguments, or a call with its arguments (OpenHands' finish needs a message;
@@ -57,7 +58,7 @@ export function goldScript(def: TaskDefinition, tools: ToolNames): ScriptedReply
     throw new HarnessEngineError(`task ${def.name} has no solution/: scripted-gold has nothing to replay`, { cause: e });
   }
   if (!names.includes("solve.sh")) throw new HarnessEngineError(`task ${def.name} has no solution/solve.sh: scripted-gold has nothing to replay`);
-  const shell = (command: string) => toolCall(tools.shell.name, { [tools.shell.command]: command });
+  const shell = (command: string) => toolCall(tools.shell.name, { ...tools.shell.fixed, [tools.shell.command]: command });
   const replies: ScriptedReply[] = [];
   if (tools.write?.makesParents === false)
     replies.push({ text: shell(`mkdir -p ${[...new Set(names.map((n) => dirname(`${GOLD_DIR}/${n}`)))].join(" ")}`) });
@@ -67,7 +68,8 @@ export function goldScript(def: TaskDefinition, tools: ToolNames): ScriptedReply
     if (tools.write) return { text: toolCall(tools.write.name, { ...tools.write.fixed, [tools.write.path]: path, [tools.write.content]: content }) };
     return { text: shell(shellWrite(path, content)) };
   }));
-  replies.push({ text: shell(`sed 's#/solution/#${GOLD_DIR}/#g' ${GOLD_DIR}/solve.sh | bash && rm -rf ${GOLD_DIR}`) });
+  // No clean-up of GOLD_DIR (in /tmp, not graded): Codex CLI refuses `rm -rf` under approval_policy "never".
+  replies.push({ text: shell(`sed 's#/solution/#${GOLD_DIR}/#g' ${GOLD_DIR}/solve.sh | bash`) });
   if (typeof tools.submit === "string") replies.push({ text: toolCall(tools.submit, {}) });
   else if (tools.submit) replies.push({ text: toolCall(tools.submit.name, tools.submit.args) });
   else replies.push({ text: "Done: the fix is applied." });
@@ -83,6 +85,9 @@ function shellWrite(path: string, content: string): string {
   return `${mkdir}echo '${Buffer.from(content).toString("base64")}' | base64 -d > '${path}'`;
 }
 
+/** What a scripted engine answers a call that offers no tools (a title request and the like). */
+export const SIDE_REPLY = "Fix the task";
+
 export const ANSWER_AT_ONCE: ScriptedReply[] = [{ text: "I cannot help with that; no changes made." }];
 
 /** A scripted engine for one rollout of `def`; after the script, it answers plainly so no harness loops forever. */
@@ -91,8 +96,15 @@ export function scriptedHarnessEngine(name: string, model: ProxyModel, def: Task
   if (name === "scripted-gold") script = goldScript(def, tools);
   else if (name === "answer-at-once") script = ANSWER_AT_ONCE;
   else throw new HarnessEngineError(`unknown engine ${JSON.stringify(name)} (known: ${ENGINES.join(", ")})`);
+  // The script advances only on calls that offer tools: a harness's hidden calls
+  // (OpenCode's title generation) offer none and get a short plain reply, so they
+  // neither take a step of the script nor end the rollout early.
+  let step = 0;
   return new ScriptedEngine({
-    script: (call) => script[call.index] ?? { text: "Done." },
+    script: (call) => {
+      if (!model.tokenizer.decode(Array.from(call.prompt_ids)).includes("<tools>")) return { text: SIDE_REPLY };
+      return script[step++] ?? { text: "Done." };
+    },
     encode: (t) => model.tokenizer.encode(t),
     endOfTurnId: model.codec.endOfTurnId,
   });

@@ -6,16 +6,20 @@ import { registerHarness } from "../tasks/index.ts";
 import { harnessLauncherFor } from "./choose-engine.ts";
 import type { ToolNames } from "./engines.ts";
 import { claudeCodeHarness } from "./claude-code.ts";
+import { openCodeHarness } from "./opencode.ts";
+import { codexHarness } from "./codex.ts";
 import { openHandsHarness } from "./openhands.ts";
 import { miniSweAgentHarness } from "./mini-swe-agent.ts";
 import { referenceHarness } from "./reference.ts";
 import type { Harness } from "./types.ts";
 
 export type { Harness, HarnessLimits, HarnessSession } from "./types.ts";
-export { ANSWER_AT_ONCE, ENGINES, goldScript, HarnessEngineError, scriptedHarnessEngine, toolCall, type ToolNames } from "./engines.ts";
+export { ANSWER_AT_ONCE, ENGINES, SIDE_REPLY, goldScript, HarnessEngineError, scriptedHarnessEngine, toolCall, type ToolNames } from "./engines.ts";
 export { proxiedLauncher, QWEN3_DIR, rolloutSession, SERVED_MODEL, type ProxiedLauncherConfig } from "./launcher.ts";
 export { DEFAULT_POLICY_SAMPLING, isEngineAddress, PolicyEngine, PolicyEngineError, type PolicyEngineConfig, type PolicySampling } from "./policy-engine.ts";
 export { referenceHarness } from "./reference.ts";
+export { OPENCODE_VERSION, openCodeConfig, openCodeHarness } from "./opencode.ts";
+export { CODEX_VERSION, codexConfig, codexHarness } from "./codex.ts";
 export { CLAUDE_CODE_TOOLS, CLAUDE_CODE_VERSION, claudeCodeHarness, RUNTIMES_DIR } from "./claude-code.ts";
 export { OPENHANDS_SDK_VERSION, openHandsHarness } from "./openhands.ts";
 export { PYTHON_VERSION } from "./python-runtime.ts";
@@ -34,6 +38,17 @@ export const HARNESS_TOOLS: Record<string, { harness: Harness; tools: ToolNames 
   "claude-code": {
     harness: claudeCodeHarness(),
     tools: { write: { name: "Edit", path: "file_path", content: "new_string", fixed: { replace_all: false, old_string: "" } }, shell: { name: "Bash", command: "command" } },
+  },
+  // OpenCode's own tools (write: filePath + content; bash needs a description); it ends on a plain answer.
+  opencode: {
+    harness: openCodeHarness(),
+    tools: { write: { name: "write", path: "filePath", content: "content" }, shell: { name: "bash", command: "command", fixed: { description: "Apply the fix" } } },
+  },
+  // Codex CLI 0.171.0 offers a model it has no metadata for exec_command (unified exec) and no
+  // apply_patch: the gold files are written through the shell. It ends on a plain answer.
+  codex: {
+    harness: codexHarness(),
+    tools: { shell: { name: "exec_command", command: "cmd" } },
   },
   // OpenHands SDK: its file_editor (command "create", which makes no missing folder) and terminal tools; it ends on its finish tool.
   openhands: {

@@ -12,7 +12,8 @@ export type RolloutEvent =
   | { kind: "group_shipped"; groupId: string; taskId: string; trajectories: number; droppedEnvErrors: number }
   | { kind: "over_length"; trajectoryId: string; tokens: number; limit: number; action: "dropped" | "truncated" }
   | { kind: "paused_for_staleness"; policyVersion: number; trainerVersion: number; maxStaleness: number }
-  | { kind: "resumed"; policyVersion: number; trainerVersion: number };
+  | { kind: "resumed"; policyVersion: number; trainerVersion: number }
+  | { kind: "over_staleness_bound"; groupId: string; trajectoryId: string; oldestVersion: number; trainerVersion: number; maxStaleness: number };
 
 export type RolloutEventKind = RolloutEvent["kind"];
 type Listener = (event: RolloutEvent & { at: number }) => void;

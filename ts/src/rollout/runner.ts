@@ -8,6 +8,7 @@ import {
   ConcurrencyLimit,
   DEFAULT_LIMITS,
   reapDeadRuns,
+  removeRolloutContainers,
   runStages,
   Sandbox,
   WarmPool,
@@ -51,6 +52,8 @@ export class RolloutRunner implements SandboxSource {
   private readonly agentPools = new Map<string, WarmPool<AgentSandbox>>();
   private readonly gradingPools = new Map<string, WarmPool<Sandbox>>();
   private readonly removals = new Set<Promise<void>>();
+  /** Rollout ids this runner ran, so close() can sweep what a failed removal left. */
+  private readonly ran = new Set<string>();
   /** Removal failures, kept for the operator (a failed removal is reaped later). */
   readonly removalErrors: unknown[] = [];
 
@@ -79,6 +82,7 @@ export class RolloutRunner implements SandboxSource {
       onProtectedChange: this.config.onProtectedChange,
       maxWorkspaceBytes: this.config.maxWorkspaceBytes,
     };
+    this.ran.add(req.rolloutId);
     return this.limit.run(async () => {
       let outcome: RolloutOutcome | undefined;
       for (let attempt = 1; attempt <= this.config.maxAttempts; attempt++) {
@@ -109,6 +113,9 @@ export class RolloutRunner implements SandboxSource {
   async close(): Promise<void> {
     await Promise.all([...this.agentPools.values(), ...this.gradingPools.values()].map((p) => p.close()));
     while (this.removals.size) await Promise.all([...this.removals]);
+    // A removal that failed while the daemon was away left its container; sweep them now it answers.
+    // Still unreachable: recorded, and the next run's reaper removes them once this process is gone.
+    await removeRolloutContainers(this.ran).catch((e: unknown) => void this.removalErrors.push(e));
   }
 
   private startAgent(image: string, rolloutId: string): Promise<AgentSandbox> {

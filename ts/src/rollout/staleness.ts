@@ -31,3 +31,22 @@ export function overStalenessBound(bound: StalenessBound, t: Trajectory, trainer
   if (bound.maxStaleness === null || oldest === null) return false;
   return trainerVersion - oldest > bound.maxStaleness;
 }
+
+/** One shipped trajectory over the bound, as the worker reports it (the trainer may drop or correct it). */
+export interface StaleTrajectory {
+  trajectoryId: string;
+  oldestVersion: number;
+  trainerVersion: number;
+}
+
+/**
+ * The trajectories of a group that are over the bound at ship time, judged against the trainer's
+ * newest announced version (none known: none over). They are shipped, not cut: a partial rollout
+ * that spanned weight versions is the trainer's to correct (TIS/MIS), but never unflagged.
+ */
+export function staleAtShip(bound: StalenessBound, group: readonly Trajectory[], trainerVersion: number | null): StaleTrajectory[] {
+  if (trainerVersion === null) return [];
+  return group
+    .filter((t) => overStalenessBound(bound, t, trainerVersion))
+    .map((t) => ({ trajectoryId: t.trajectory_id, oldestVersion: oldestPolicyVersion(t)!, trainerVersion }));
+}

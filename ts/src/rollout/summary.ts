@@ -23,6 +23,8 @@ export interface RunSummary {
   rewardByTaskHarness: RewardCell[];
   rewardByHarness: Record<string, number>;
   pausedForStaleness: number;
+  /** Shipped trajectories with a turn sampled more than --max-staleness behind the trainer. */
+  overStalenessBound: number;
   wallS: number;
 }
 
@@ -36,6 +38,7 @@ export class SummaryCollector {
   private dropped = 0;
   private retries = 0;
   private pauses = 0;
+  private stale = 0;
   private readonly t0 = performance.now();
 
   constructor(events: RolloutEvents) {
@@ -64,6 +67,7 @@ export class SummaryCollector {
       this.shipped += e.trajectories;
       this.dropped += e.droppedEnvErrors;
     } else if (e.kind === "paused_for_staleness") this.pauses += 1;
+    else if (e.kind === "over_staleness_bound") this.stale += 1;
   }
 
   private countEnvError(error: string | null): void {
@@ -82,6 +86,7 @@ export class SummaryCollector {
       rewardByTaskHarness: [...this.rewards.values()].map((c) => ({ task: c.task, harness: c.harness, rollouts: c.n, meanReward: c.sum / c.n })),
       rewardByHarness: Object.fromEntries([...this.byHarness].map(([h, c]) => [h, c.sum / c.n])),
       pausedForStaleness: this.pauses,
+      overStalenessBound: this.stale,
       wallS: Math.round((performance.now() - this.t0) / 100) / 10,
     };
   }

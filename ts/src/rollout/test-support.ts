@@ -24,3 +24,27 @@ for f in sorted(pathlib.Path(sys.argv[1], "batches").glob("*.lgrb")):
   if (r.status !== 0) throw new Error(`reading the receiver spool failed: ${r.stderr}`);
   return r.stdout.trim().split("\n").filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>);
 }
+
+/** The real receiver with weight `version` published before any sender connects (announced on hello). */
+export async function startVersionedTrainer(spool: string, version: number): Promise<{ receiver: JsonLineProcess; address: string }> {
+  const script = `
+import json, signal, sys, time
+from pathlib import Path
+from lego_rl.schema import WeightVersion
+from lego_rl.transport.receiver import Receiver, ReceiverConfig
+out = lambda e: (sys.stdout.write(json.dumps(e) + "\\n"), sys.stdout.flush())
+rx = Receiver(ReceiverConfig(bind="tcp://127.0.0.1:*", spool_dir=Path(sys.argv[1]), on_event=out))
+rx.publish_weight_version(WeightVersion(version=int(sys.argv[2]), published_at_ms=int(time.time() * 1000), checkpoint_path=None))
+out({"type": "listening", "address": rx.address})
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+while not stop:
+    b = rx.receive(timeout_s=0.2)
+    if b is not None:
+        rx.commit(b)
+rx.close()
+`;
+  const receiver = new JsonLineProcess("trainer", PYTHON, ["-c", script, spool, String(version)]);
+  const address = (await receiver.waitFor((e) => e.type === "listening", 30_000)).address as string;
+  return { receiver, address };
+}

@@ -8,11 +8,11 @@
  * Everything a person or the monitor sees goes through RolloutEvents.
  */
 import type { RoutingShape, Trajectory } from "../schema/index.ts";
-import { ConcurrencyLimit, ensureBaseImage, ensureTaskImage, isSandboxEnvError, type RolloutOutcome, type TaskDefinition } from "../sandbox/index.ts";
+import { ConcurrencyLimit, ensureBaseImage, ensureTaskImage, isSandboxEnvError, type EnvErrorKind, type RolloutOutcome, type TaskDefinition } from "../sandbox/index.ts";
 import type { AgentLauncher, Task } from "../tasks/index.ts";
 import type { RolloutEvents } from "./events.ts";
 import type { RolloutRunner } from "./runner.ts";
-import { mayStartRollout, type StalenessBound } from "./staleness.ts";
+import { mayStartRollout, staleAtShip, type StalenessBound } from "./staleness.ts";
 import { buildTrajectory, type SessionRecords } from "./trajectory.ts";
 
 /** The part of the data plane's Sender the worker uses (the real Sender in production and tests). */
@@ -34,7 +34,12 @@ export interface WorkerLoopOptions {
   /** The version of the weights new rollouts sample with (from the engine); 0 when none is known. */
   samplingVersion?: () => number;
   log?: (line: string) => void;
+  /** Wait before the 2nd attempt of an env_error rollout, doubled per further attempt (capped at 30 s). Default 1000. */
+  retryBackoffMs?: number;
 }
+
+export const DEFAULT_RETRY_BACKOFF_MS = 1000;
+const MAX_BACKOFF_MS = 30_000;
 
 export interface WorkerResult {
   groupsShipped: number;
@@ -53,19 +58,30 @@ export async function runWorkerLoop(
 ): Promise<WorkerResult> {
   const { runner, launcher, sink, events } = deps;
   const log = opts.log ?? (() => {});
+  const backoffMs = opts.retryBackoffMs ?? DEFAULT_RETRY_BACKOFF_MS;
   const limit = new ConcurrencyLimit(opts.concurrency);
   const result: WorkerResult = { groupsShipped: 0, trajectoriesShipped: 0, droppedEnvErrors: 0 };
   const base = await ensureBaseImage(undefined, log);
   const images = new Map<string, Promise<string>>();
   const imageOf = (def: TaskDefinition) => {
     const key = `${def.environment.image ?? def.name}\0${def.environment.dir}`;
-    if (!images.has(key)) images.set(key, ensureTaskImage(def, base.tag, { log }).then((i) => i.tag));
+    if (!images.has(key)) {
+      // A failed build is not remembered: the daemon may have been away for a moment, and the retry must try again.
+      const p = ensureTaskImage(def, base.tag, { log }).then((i) => i.tag);
+      p.catch(() => {
+        if (images.get(key) === p) images.delete(key);
+      });
+      images.set(key, p);
+    }
     return images.get(key)!;
   };
 
   const rollout = async (task: Task, def: TaskDefinition, groupId: string, trajectoryId: string): Promise<Trajectory> => {
     let trajectory: Trajectory | undefined;
     for (let attempt = 1; attempt <= opts.maxAttempts; attempt++) {
+      // Back off before a retry (outside the rollout slots): an env_error from a daemon or engine that is
+      // away for a moment would otherwise burn every attempt within milliseconds.
+      if (attempt > 1) await new Promise((r) => setTimeout(r, Math.min(backoffMs * 2 ** (attempt - 2), MAX_BACKOFF_MS)));
       events.emit({ kind: "rollout_started", groupId, trajectoryId, taskId: task.id, attempt });
       const t0 = performance.now();
       const outcome = await limit.run(() => attemptOnce(task, def, `${trajectoryId}.${attempt}`));
@@ -91,7 +107,8 @@ export async function runWorkerLoop(
     } catch (e) {
       // An unbuildable or quarantined image is the environment's failure; the group accounts for it.
       if (!isSandboxEnvError(e)) throw e;
-      return { outcome: envErrorOutcome("image_build_failed", e.message), session: NO_SESSION };
+      // Its own kind: an unreachable daemon is daemon_unreachable, not a broken Dockerfile.
+      return { outcome: envErrorOutcome(e.kind, e.message), session: NO_SESSION };
     }
     const agent = await launcher.start(task, def, rolloutId);
     let outcome: RolloutOutcome | undefined;
@@ -113,6 +130,10 @@ export async function runWorkerLoop(
     const all = await Promise.all(Array.from({ length: opts.groupSize }, (_, i) => rollout(task, def, groupId, `${groupId}.r${i}`)));
     const graded = all.filter((t) => t.status !== "env_error");
     const dropped = all.length - graded.length;
+    // Flagged on the event stream as they ship (the trainer sees each turn's version on the record itself).
+    for (const s of staleAtShip(opts.staleness, graded, sink.policyVersion?.version ?? null)) {
+      events.emit({ kind: "over_staleness_bound", groupId, ...s, maxStaleness: opts.staleness.maxStaleness! });
+    }
     if (graded.length) await sink.send(graded, opts.routing);
     result.groupsShipped += graded.length ? 1 : 0;
     result.trajectoriesShipped += graded.length;
@@ -146,6 +167,6 @@ async function waitUntilFresh(sink: TrajectorySink, events: RolloutEvents, opts:
   }
 }
 
-function envErrorOutcome(kind: "image_build_failed", message: string): RolloutOutcome {
+function envErrorOutcome(kind: EnvErrorKind, message: string): RolloutOutcome {
   return { status: "env_error", reward: null, defenseFlags: [], envError: { kind, message }, attempts: 1, timingsMs: {}, log: "" };
 }

@@ -14,7 +14,7 @@ export { ConcurrencyLimit } from "./concurrency.ts";
 export { runStages, type AgentProgram, type RolloutRequest, type SandboxSource, type StageConfig } from "./stages.ts";
 export { DEFAULT_PROTECTED_PATHS, ProtectedPaths } from "./protected-paths.ts";
 export { FORWARDER_PORT } from "./proxy-route.ts";
-export { reapDeadRuns } from "./reaper.ts";
+export { reapDeadRuns, removeRolloutContainers } from "./reaper.ts";
 export { collectImages, type ImageGcPolicy } from "./image-gc.ts";
 export { checkTask, oracleProgram, type TaskCheck } from "./check.ts";
 export { sandboxCommand } from "./cli.ts";

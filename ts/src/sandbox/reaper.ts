@@ -4,7 +4,7 @@
  */
 import { dockerClient } from "./docker.ts";
 import { daemonError } from "./errors.ts";
-import { ownerAlive } from "./run-identity.ts";
+import { currentRun, ownerAlive } from "./run-identity.ts";
 import { LABEL, OWNER } from "./types.ts";
 
 export interface ReapReport {
@@ -52,4 +52,32 @@ export async function reapDeadRuns(opts: ReapOptions = {}): Promise<ReapReport> 
 export async function containersOfRun(runId: string): Promise<string[]> {
   const list = await dockerClient().listContainers({ all: true, filters: { label: [`${LABEL.run}=${runId}`] } });
   return list.map((c) => c.Id);
+}
+
+/**
+ * Removes this run's containers of the given rollouts (label `rollout` = ID or ID.…), for an owner
+ * whose own removals failed while the daemon was away: once it answers again nothing is left behind.
+ * Other owners in the same process keep theirs (they ran other rollouts).
+ */
+export async function removeRolloutContainers(rolloutIds: ReadonlySet<string>): Promise<string[]> {
+  if (rolloutIds.size === 0) return [];
+  const docker = dockerClient();
+  let list: Awaited<ReturnType<typeof docker.listContainers>>;
+  try {
+    list = await docker.listContainers({ all: true, filters: { label: [`${LABEL.run}=${currentRun().runId}`] } });
+  } catch (e) {
+    throw daemonError(e, "list containers of this run");
+  }
+  const mine = list.filter((c) => {
+    const r = c.Labels?.[LABEL.rollout] ?? "";
+    return [...rolloutIds].some((id) => r === id || r.startsWith(`${id}.`));
+  });
+  await Promise.all(
+    mine.map((c) =>
+      docker.getContainer(c.Id).remove({ force: true, v: true }).catch((e: { statusCode?: number }) => {
+        if (e.statusCode !== 404 && e.statusCode !== 409) throw daemonError(e, `remove ${c.Id.slice(0, 12)}`);
+      }),
+    ),
+  );
+  return mine.map((c) => c.Id);
 }

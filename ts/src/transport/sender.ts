@@ -50,6 +50,14 @@ export interface SenderConfig {
   readonly onEvent?: (event: SenderEvent) => void;
 }
 
+/** The sender's defaults, in one place (what `SenderConfig` leaves out). */
+export const SENDER_DEFAULTS = {
+  maxUnackedBatches: 32,
+  memoryHighWaterBytes: 128 * 1024 * 1024,
+  maxBatchBytes: DEFAULT_MAX_BATCH_BYTES,
+  fileMapping: true,
+} as const;
+
 export type SenderEvent =
   | { type: "connected" }
   | { type: "disconnected" }
@@ -109,10 +117,10 @@ export class Sender {
   };
 
   constructor(private readonly config: SenderConfig) {
-    this.maxUnacked = config.maxUnackedBatches ?? 32;
-    this.highWater = config.memoryHighWaterBytes ?? 128 * 1024 * 1024;
-    this.maxBatchBytes = config.maxBatchBytes ?? DEFAULT_MAX_BATCH_BYTES;
-    this.spool = new Spool(config.spoolDir, undefined, config.fileMapping ?? true);
+    this.maxUnacked = config.maxUnackedBatches ?? SENDER_DEFAULTS.maxUnackedBatches;
+    this.highWater = config.memoryHighWaterBytes ?? SENDER_DEFAULTS.memoryHighWaterBytes;
+    this.maxBatchBytes = config.maxBatchBytes ?? SENDER_DEFAULTS.maxBatchBytes;
+    this.spool = new Spool(config.spoolDir, undefined, config.fileMapping ?? SENDER_DEFAULTS.fileMapping);
     // Payload buffers live until their ack; the pool holds what the high-water mark allows.
     this.pool = new PayloadPool(Math.max(2, Math.floor(this.highWater / this.maxBatchBytes)));
     // Batch ids must never repeat across restarts, even once the spool is empty.

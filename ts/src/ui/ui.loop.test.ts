@@ -2,7 +2,8 @@
  * The Live UI open in Chromium while a shortened real loop runs: `lego rollout` (reference
  * harness, scripted-gold engine, real Docker sandboxes on an easy task) ships a group over the
  * data plane to the real Python receiver, whose spool is the run folder `lego ui` serves. The
- * group's trajectories appear in the open page without a reload, with the grader's reward.
+ * group's trajectories appear in the open page without a reload, with the grader's reward, and
+ * one opens down to its tokens.
  */
 import { execFile, type ChildProcess } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
@@ -69,6 +70,9 @@ describe("Live UI during a shortened loop", () => {
     const panel = page.locator("#trajectory");
     await panel.waitFor({ timeout: 15_000 });
     expect(await panel.getAttribute("data-id")).toBe(await row.getAttribute("data-id"));
+    // The harness's real session: the policy's tokens drawn trainable, the rest as prompt or template.
+    await expect.poll(() => panel.locator(".segment .tok.trainable").count(), { timeout: 15_000 }).toBeGreaterThan(0);
+    expect(await panel.locator(".segment .tok.prompt, .segment .tok.template").count()).toBeGreaterThan(0);
     await page.screenshot({ path: join(ARTIFACTS, "loop.png"), fullPage: true });
     await page.close();
   });

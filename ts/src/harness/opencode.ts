@@ -1,0 +1,87 @@
+/**
+ * OpenCode (npm opencode-ai, its compiled binary), unmodified, from the mounted
+ * harness runtime: `opencode run` headless, its JSON event stream on stdout,
+ * pointed at the proxy session through an @ai-sdk/openai-compatible provider
+ * (Chat Completions, streaming).
+ *
+ * Its global config folder is a root-owned folder under /opt/lego-harness: at
+ * start OpenCode npm-installs @opencode-ai/plugin into every config folder it
+ * can write (a network attempt offline), and skips one it cannot. The model
+ * list fetch (models.dev), auto-update, sharing, default plugins and LSP
+ * downloads are off; ripgrep comes from the runtime, so it is not downloaded.
+ */
+import type { AgentProgram, RuntimeMount, TaskDefinition } from "../sandbox/index.ts";
+import { RUNTIMES_DIR } from "./claude-code.ts";
+import type { Harness, HarnessLimits, HarnessSession } from "./types.ts";
+import { join } from "node:path";
+
+export const OPENCODE_VERSION = "1.18.33";
+
+const DIR = "opt/lego-harness";
+const RUNTIME = "/opt/lego-runtimes/harness";
+const BIN = `${RUNTIME}/node_modules/opencode-linux-x64/bin/opencode`;
+const PROVIDER = "lego";
+
+/** The config OpenCode reads (XDG_CONFIG_HOME/opencode/opencode.json). */
+export function openCodeConfig(session: HarnessSession, limits: HarnessLimits): Record<string, unknown> {
+  const model = { name: session.model, ...(session.contextWindow !== null ? { limit: { context: session.contextWindow, output: Math.min(32_000, session.contextWindow) } } : {}) };
+  return {
+    provider: {
+      [PROVIDER]: {
+        npm: "@ai-sdk/openai-compatible",
+        name: PROVIDER,
+        // {file:…}: the key stays in its root-owned file, out of the config text.
+        options: { baseURL: `${session.baseUrl}/v1`, apiKey: `{file:/${DIR}/secret}` },
+        models: { [session.model]: model },
+      },
+    },
+    model: `${PROVIDER}/${session.model}`,
+    // Title generation runs on the same model: a side thread at the proxy.
+    small_model: `${PROVIDER}/${session.model}`,
+    autoupdate: false,
+    share: "disabled",
+    // Snapshots are a second git repository per session under XDG_DATA_HOME (undo); not needed headless.
+    snapshot: false,
+    lsp: false,
+    formatter: false,
+    permission: { "*": "allow", bash: "allow", edit: "allow", external_directory: "allow" },
+    agent: { build: { steps: limits.maxTurns } },
+  };
+}
+
+export function openCodeHarness(runtimesDir = RUNTIMES_DIR): Harness {
+  return {
+    name: "opencode",
+    version: OPENCODE_VERSION,
+    runtimes: (): RuntimeMount[] => [{ name: "harness", hostPath: join(runtimesDir, "harness") }],
+    program(def: TaskDefinition, session: HarnessSession, limits: HarnessLimits): AgentProgram {
+      const file = (path: string, content: string) => ({ path: `${DIR}/${path}`, content: Buffer.from(content), mode: 0o444 });
+      const env: Record<string, string> = {
+        XDG_CONFIG_HOME: `/${DIR}/xdg-config`,
+        XDG_DATA_HOME: "/tmp/lego-opencode/data",
+        XDG_CACHE_HOME: "/tmp/lego-opencode/cache",
+        XDG_STATE_HOME: "/tmp/lego-opencode/state",
+        OPENCODE_DISABLE_MODELS_FETCH: "1",
+        OPENCODE_DISABLE_AUTOUPDATE: "1",
+        OPENCODE_DISABLE_SHARE: "1",
+        OPENCODE_DISABLE_DEFAULT_PLUGINS: "1",
+        OPENCODE_DISABLE_LSP_DOWNLOAD: "1",
+      };
+      return {
+        script: [
+          // PATH is the sandbox's (its git shim first); ripgrep from the runtime is appended.
+          `PATH="$PATH:${RUNTIME}/bin" exec ${BIN} run --pure --format json`,
+          `-m '${PROVIDER}/${session.model}' --dir /workspace`,
+          `"$(cat /${DIR}/instruction.md)"`,
+          "> /tmp/lego-opencode-events.jsonl",
+        ].join(" "),
+        env,
+        files: [
+          file("secret", session.secret),
+          file("instruction.md", def.instruction),
+          file("xdg-config/opencode/opencode.json", JSON.stringify(openCodeConfig(session, limits), null, 2)),
+        ],
+      };
+    },
+  };
+}
