@@ -12,27 +12,9 @@ import { ensureBaseImage } from "../sandbox/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS, leftoverContainers } from "../sandbox/test-support.ts";
 import { defaultTasksConfig, openTaskSource, oracleAgent } from "../tasks/index.ts";
 import { Sender } from "../transport/index.ts";
-import { JsonLineProcess, PYTHON } from "../json-line-process.ts";
+import type { JsonLineProcess } from "../json-line-process.ts";
 import { RolloutEvents, RolloutRunner, runWorkerLoop, type RolloutEvent } from "./index.ts";
-
-/** The real receiver with version 3 published before any sender connects (announced on hello). */
-const TRAINER = `
-import json, signal, sys, time
-from pathlib import Path
-from lego_rl.schema import WeightVersion
-from lego_rl.transport.receiver import Receiver, ReceiverConfig
-out = lambda e: (sys.stdout.write(json.dumps(e) + "\\n"), sys.stdout.flush())
-rx = Receiver(ReceiverConfig(bind="tcp://127.0.0.1:*", spool_dir=Path(sys.argv[1]), on_event=out))
-rx.publish_weight_version(WeightVersion(version=3, published_at_ms=int(time.time() * 1000), checkpoint_path=None))
-out({"type": "listening", "address": rx.address})
-stop = []
-signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-while not stop:
-    b = rx.receive(timeout_s=0.2)
-    if b is not None:
-        rx.commit(b)
-rx.close()
-`;
+import { startVersionedTrainer } from "./test-support.ts";
 
 const work = mkdtempSync(join(tmpdir(), "lego-rollout-stale-"));
 
@@ -41,8 +23,8 @@ describe("staleness pause", () => {
   let address: string;
   beforeAll(async () => {
     await ensureBaseImage();
-    trainer = new JsonLineProcess("trainer", PYTHON, ["-c", TRAINER, join(work, "rx")]);
-    address = (await trainer.waitFor((e) => e.type === "listening", 30_000)).address as string;
+    // The real receiver with version 3 published before any sender connects.
+    ({ receiver: trainer, address } = await startVersionedTrainer(join(work, "rx"), 3));
   }, IMAGE_BUILD_TIMEOUT_MS);
   afterAll(async () => {
     trainer?.stop();
