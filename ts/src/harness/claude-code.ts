@@ -8,7 +8,7 @@
 import { homedir } from "node:os";
 import { join } from "node:path";
 import type { AgentProgram, RuntimeMount, TaskDefinition } from "../sandbox/index.ts";
-import type { Harness, HarnessLimits, HarnessSession } from "./types.ts";
+import { HARNESS_FILES_DIR, type Harness, type HarnessLimits, type HarnessSession } from "./types.ts";
 
 export const CLAUDE_CODE_VERSION = "2.1.332";
 /** Where set-up caches the runtimes (scripts/sandbox/build-runtimes.sh). */
@@ -16,7 +16,7 @@ export const RUNTIMES_DIR = join(homedir(), ".cache/lego-rl/runtimes");
 /** Write is named too, though 2.1.332 under -p --bare leaves it out (Edit creates files). */
 export const CLAUDE_CODE_TOOLS = ["Bash", "Read", "Write", "Edit"] as const;
 
-const DIR = "opt/lego-harness";
+const DIR = HARNESS_FILES_DIR;
 const BIN = "/opt/lego-runtimes/harness/node_modules/@anthropic-ai/claude-code-linux-x64/claude";
 
 export function claudeCodeHarness(runtimesDir = RUNTIMES_DIR): Harness {

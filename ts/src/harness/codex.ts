@@ -10,11 +10,11 @@
 import { join } from "node:path";
 import type { AgentProgram, RuntimeMount, TaskDefinition } from "../sandbox/index.ts";
 import { RUNTIMES_DIR } from "./claude-code.ts";
-import type { Harness, HarnessLimits, HarnessSession } from "./types.ts";
+import { HARNESS_FILES_DIR, type Harness, type HarnessLimits, type HarnessSession } from "./types.ts";
 
 export const CODEX_VERSION = "0.171.0";
 
-const DIR = "opt/lego-harness";
+const DIR = HARNESS_FILES_DIR;
 const BIN = "/opt/lego-runtimes/harness/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex";
 const HOME = "/tmp/lego-codex";
 /** Features on by default in 0.171.0 that sync from the network or add tools a coding task does not need. */

@@ -12,12 +12,12 @@
  */
 import type { AgentProgram, RuntimeMount, TaskDefinition } from "../sandbox/index.ts";
 import { RUNTIMES_DIR } from "./claude-code.ts";
-import type { Harness, HarnessLimits, HarnessSession } from "./types.ts";
+import { HARNESS_FILES_DIR, type Harness, type HarnessLimits, type HarnessSession } from "./types.ts";
 import { join } from "node:path";
 
 export const OPENCODE_VERSION = "1.18.33";
 
-const DIR = "opt/lego-harness";
+const DIR = HARNESS_FILES_DIR;
 const RUNTIME = "/opt/lego-runtimes/harness";
 const BIN = `${RUNTIME}/node_modules/opencode-linux-x64/bin/opencode`;
 const PROVIDER = "lego";

@@ -7,13 +7,12 @@
 import { readFileSync } from "node:fs";
 import type { AgentProgram, TaskDefinition } from "../sandbox/index.ts";
 import { RUNTIMES_DIR } from "./claude-code.ts";
-import { PYTHON_BIN, pythonEnv, pythonRuntimes } from "./python-runtime.ts";
+import { pythonDriverProgram, pythonRuntimes } from "./python-runtime.ts";
 import type { Harness, HarnessLimits, HarnessSession } from "./types.ts";
 
 /** Pinned in scripts/sandbox/python-locks/openhands.in. */
 export const OPENHANDS_SDK_VERSION = "1.58.2";
 const DRIVER = readFileSync(new URL("./openhands/driver.py", import.meta.url));
-const DIR = "opt/lego-harness";
 
 export function openHandsHarness(runtimesDir = RUNTIMES_DIR): Harness {
   return {
@@ -21,20 +20,10 @@ export function openHandsHarness(runtimesDir = RUNTIMES_DIR): Harness {
     version: OPENHANDS_SDK_VERSION,
     runtimes: () => pythonRuntimes(runtimesDir, "openhands"),
     program(def: TaskDefinition, session: HarnessSession, limits: HarnessLimits): AgentProgram {
-      const file = (path: string, content: string | Buffer) => ({ path: `${DIR}/${path}`, content: Buffer.from(content), mode: 0o444 });
-      return {
-        script: [
-          `exec ${PYTHON_BIN} /${DIR}/driver.py`,
-          `--base-url '${session.baseUrl}/v1'`,
-          `--secret-file /${DIR}/secret`,
-          `--model '${session.model}'`,
-          `--instruction-file /${DIR}/instruction.md`,
-          "--events /tmp/lego-openhands-events.jsonl",
-          `--max-turns ${limits.maxTurns}`,
-        ].join(" "),
-        env: { ...pythonEnv("openhands"), OPENHANDS_SUPPRESS_BANNER: "1" },
-        files: [file("driver.py", DRIVER), file("secret", session.secret), file("instruction.md", def.instruction)],
-      };
+      return pythonDriverProgram("openhands", DRIVER, def, session, limits, {
+        args: ["--events /tmp/lego-openhands-events.jsonl"],
+        env: { OPENHANDS_SUPPRESS_BANNER: "1" },
+      });
     },
   };
 }

@@ -5,10 +5,10 @@
  */
 import { readFileSync } from "node:fs";
 import type { AgentProgram, TaskDefinition } from "../sandbox/index.ts";
-import type { Harness, HarnessLimits, HarnessSession } from "./types.ts";
+import { HARNESS_FILES_DIR, type Harness, type HarnessLimits, type HarnessSession } from "./types.ts";
 
 const AGENT_SOURCE = readFileSync(new URL("./reference/agent.py", import.meta.url));
-const DIR = "opt/lego-harness";
+const DIR = HARNESS_FILES_DIR;
 
 export const referenceHarness: Harness = {
   name: "reference",

@@ -31,3 +31,6 @@ export interface Harness {
   runtimes(): RuntimeMount[];
   program(def: TaskDefinition, session: HarnessSession, limits: HarnessLimits): AgentProgram;
 }
+
+/** Where every harness's own files (config, driver, secret, instruction) are written in the agent container, root-owned. */
+export const HARNESS_FILES_DIR = "opt/lego-harness";
