@@ -119,6 +119,15 @@ describe("docs/guide.md", () => {
     expect(problems).toEqual([]);
   });
 
+  it("its flag check tells a flag the CLI defines from one it does not", { timeout: 240_000 }, async () => {
+    const rollout = await help([LEGO], ["rollout"]);
+    expect(lists(rollout, "--trainer")).toBe(true);
+    expect(lists(rollout, "--trainer-address")).toBe(false);
+    const engine = await help([PYTHON, "-m", "lego_rl.engine"], []);
+    expect(lists(engine, "--bind")).toBe(true);
+    expect(lists(engine, "--binds")).toBe(false);
+  });
+
   it("runs its test:run blocks for real, in order, each to exit status 0 and its expected output", { timeout: 1_500_000 }, async () => {
     expect(runnable.length).toBeGreaterThanOrEqual(6);
     for (const block of runnable) {
