@@ -173,9 +173,10 @@ def check_memory(job: JobConfig, counts: ParameterCounts) -> Check:
               f"({BYTES_PER_TRAINED_PARAMETER} B/parameter), activations not included; bf16 weights alone: "
               f"{_gib(held * BF16_BYTES)} per rank, {_gib(counts.total * BF16_BYTES)} for the whole model in an engine")
     gpu = job.hardware.gpu_memory_gib
-    if not job.cluster.gpus_per_rank or gpu is None:
-        return Check(name="memory", ok=True, skipped=not job.cluster.gpus_per_rank, detail=detail if job.cluster.gpus_per_rank
-                     else detail + " (CPU ranks: host memory)")
+    if not job.cluster.gpus_per_rank:
+        return Check(name="memory", ok=True, skipped=True, detail=f"{detail} (CPU ranks: host memory, not compared)")
+    if gpu is None:
+        return Check(name="memory", ok=True, skipped=True, detail=f"{detail} (no [hardware] gpu_memory_gib: not compared)")
     budget = gpu * 2**30 * GPU_MEMORY_USABLE * job.cluster.gpus_per_rank
     if need > budget:
         return Check(name="memory", ok=False, detail=f"{detail}; over {GPU_MEMORY_USABLE:.0%} of {job.cluster.gpus_per_rank} x {gpu:g} GiB",

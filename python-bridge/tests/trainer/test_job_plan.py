@@ -99,6 +99,11 @@ def test_a_broken_variant_fails_naming_the_fix(tmp_path: Path, replace: dict[str
     assert detail in failed[check]["detail"] and fix in failed[check]["fix"], failed[check]
 
 
+def test_without_a_gpu_size_the_memory_is_stated_but_not_compared(tmp_path: Path):
+    memory = next(c for c in check_job_file(_variant(tmp_path, {r"^gpu_memory_gib = 80.*$": ""})) if c.name == "memory")
+    assert memory.ok and memory.skipped and "3.35B -> 50.0 GiB" in memory.detail and "no [hardware] gpu_memory_gib" in memory.detail
+
+
 def test_the_single_process_trainer_refuses_a_hardware_table(tmp_path: Path):
     from lego_rl.trainer import JobConfigError
     from lego_rl.trainer.job import read_job_file
