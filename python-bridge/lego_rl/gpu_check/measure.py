@@ -27,7 +27,7 @@ from ..trainer.driver import outcome_of
 from ..trainer.packing import trajectories_of
 
 PEARSON_WITH_R3_MIN = 0.999
-"""Healthy rollout/trainer agreement with routing replay (peers report 0.999-0.9995; DESIGN.md)."""
+"""Healthy rollout/trainer agreement with routing replay (peers report 0.999-0.9995; issue 27 asks at least 0.999)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
