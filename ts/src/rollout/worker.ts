@@ -49,8 +49,6 @@ export interface WorkerResult {
   trajectoriesShipped: number;
   /** Rollouts that stayed env_error after every attempt (not shipped). */
   droppedEnvErrors: number;
-  /** Rollouts longer than the trainer's maximum sequence under the `drop` policy (not shipped). */
-  droppedOverLength: number;
 }
 
 const NO_SESSION: SessionRecords = { segments: [], toolCalls: 0, rereadsAfterEdit: 0, rolledBackTurns: 0 };
@@ -65,7 +63,7 @@ export async function runWorkerLoop(
   const log = opts.log ?? (() => {});
   const backoffMs = opts.retryBackoffMs ?? DEFAULT_RETRY_BACKOFF_MS;
   const limit = new ConcurrencyLimit(opts.concurrency);
-  const result: WorkerResult = { groupsShipped: 0, trajectoriesShipped: 0, droppedEnvErrors: 0, droppedOverLength: 0 };
+  const result: WorkerResult = { groupsShipped: 0, trajectoriesShipped: 0, droppedEnvErrors: 0 };
   const base = await ensureBaseImage(undefined, log);
   const images = new Map<string, Promise<string>>();
   const imageOf = (def: TaskDefinition) => {
@@ -147,6 +145,7 @@ export async function runWorkerLoop(
       if (fitted.overLength) events.emit({ kind: "over_length", groupId, ...fitted.overLength });
       if (fitted.trajectory) graded.push(fitted.trajectory);
     }
+    // Over-length drops are counted by their events (summary), not in WorkerResult.
     const overLength = all.filter((x) => x.status !== "env_error").length - graded.length;
     const dropped = all.length - graded.length - overLength;
     // Flagged on the event stream as they ship (the trainer sees each turn's version on the record itself).
@@ -157,7 +156,6 @@ export async function runWorkerLoop(
     result.groupsShipped += graded.length ? 1 : 0;
     result.trajectoriesShipped += graded.length;
     result.droppedEnvErrors += dropped;
-    result.droppedOverLength += overLength;
     events.emit({ kind: "group_shipped", groupId, taskId: task.id, trajectories: graded.length, droppedEnvErrors: dropped, droppedOverLength: overLength });
   };
 
