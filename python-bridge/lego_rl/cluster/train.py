@@ -20,7 +20,7 @@ from ..trainer import BatchSource, ReceiverSource, SpoolFolderSource, parse_job,
 from ..toy import ToyTask, routing_shape_of
 from ..transport import Receiver, ReceiverConfig, reuse_heap_memory
 from .engine_group import start_engines
-from .runtime import connect
+from .runtime import connect, require_declared_gpus
 from .toy_source import ToyRolloutSource
 from .trainer_group import RayPolicy, TrainerGroup
 from ..weights import (DiskPublishConfig, DiskWeightPublisher, EngineServerSyncConfig, EngineServerWeightSync,
@@ -40,11 +40,13 @@ def main(argv: list[str]) -> int:
     source, cluster, sync = job.source, job.cluster, job.weights
 
     # Logical CPUs for a local Ray: one per trainer rank and engine replica, even on a 2-core machine.
-    connect(cluster.ray_address,
-            num_cpus=max(os.cpu_count() or 1, cluster.trainer_ranks + (cluster.engines if source.toy_steps else 0)))
+    connect(cluster.ray_address, num_cpus=max(os.cpu_count() or 1, cluster.trainer_ranks * cluster.cpus_per_rank
+                                              + (cluster.engines if source.toy_steps else 0)))
+    require_declared_gpus(job.hardware)
     moe = read_config(job.model.path)
     config = job.step_config()
-    trainers = TrainerGroup.create(job.model.path, config, num_ranks=cluster.trainer_ranks, backend=cluster.backend)
+    trainers = TrainerGroup.create(job.model.path, config, num_ranks=cluster.trainer_ranks, cpus_per_rank=cluster.cpus_per_rank,
+                                   gpus_per_rank=cluster.gpus_per_rank, backend=cluster.backend)
     engines = (start_engines(str(job.model.path), EngineConfig(dtype=cluster.engine_dtype), replicas=cluster.engines)
                if source.toy_steps else [])
     publishers: list[WeightPublisher] = []

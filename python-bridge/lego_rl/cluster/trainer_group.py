@@ -21,8 +21,8 @@ from ray.util.placement_group import PlacementGroup, placement_group, remove_pla
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from ..schema import Trajectory
-from ..trainer import (CheckpointError, CheckpointStore, GroupAdvantages, PolicyUpdater, StepConfig, TrainerPosition,
-                       pack_step, split_for_ranks)
+from ..trainer import (ClusterConfig, CheckpointError, CheckpointStore, GroupAdvantages, PolicyUpdater, StepConfig, TrainerPosition,
+                       pack_step, split_for_ranks, trainer_bundles)
 from ..weights import WeightPublisher
 
 
@@ -30,12 +30,13 @@ from ..weights import WeightPublisher
 class TrainerRank:
     """One trainer rank: its model (whole, or with its expert shard) and optimizer."""
 
-    def __init__(self, model_dir: str, config: StepConfig, threads: int, rank: int, world: int) -> None:
+    def __init__(self, model_dir: str, config: StepConfig, threads: int, rank: int, world: int, cuda: bool = False) -> None:
         from ..model import load_model
 
         torch.set_num_threads(threads)
         self.rank, self.world = rank, world
-        self.model = load_model(model_dir)
+        # Ray sets CUDA_VISIBLE_DEVICES to this bundle's GPU, so "cuda" is that GPU.
+        self.model = load_model(model_dir, device="cuda" if cuda else "cpu")
         self.config = config
         self.updater: PolicyUpdater | None = None if world > 1 else PolicyUpdater(self.model, config)
 
@@ -92,28 +93,31 @@ class TrainerRank:
 
 @dataclass(kw_only=True, slots=True)
 class TrainerGroup:
-    """R trainer ranks in one placement group (one bundle of `cpus_per_rank` CPUs each)."""
+    """R trainer ranks in one placement group, one bundle each (lego_rl.trainer.plan.trainer_bundles:
+    `cpus_per_rank` CPUs and `gpus_per_rank` GPUs; `lego check --config` fits the same bundles)."""
 
     ranks: list[Any]
     group: PlacementGroup
 
     @staticmethod
-    def create(model_dir: Path, config: StepConfig, *, num_ranks: int = 1, cpus_per_rank: int = 1,
+    def create(model_dir: Path, config: StepConfig, *, num_ranks: int = 1, cpus_per_rank: int = 1, gpus_per_rank: int = 0,
                backend: str = "gloo") -> TrainerGroup:
-        group = placement_group([{"CPU": cpus_per_rank}] * num_ranks, strategy="PACK")
+        bundles = trainer_bundles(ClusterConfig(trainer_ranks=num_ranks, cpus_per_rank=cpus_per_rank, gpus_per_rank=gpus_per_rank))
+        group = placement_group(bundles, strategy="PACK")
         try:
             ray.get(group.ready(), timeout=120)
         except ray.exceptions.GetTimeoutError as error:
             remove_placement_group(group)
             raise RuntimeError(
-                f"Ray could not place {num_ranks} trainer rank(s) of {cpus_per_rank} CPU within 120 s; "
-                f"the cluster has {ray.available_resources().get('CPU', 0)} CPU free"
+                f"Ray could not place {num_ranks} trainer rank(s) of {bundles[0]} within 120 s; the cluster has "
+                f"{ray.available_resources().get('CPU', 0)} CPU, {ray.available_resources().get('GPU', 0)} GPU free"
             ) from error
         ranks = [
             TrainerRank.options(
                 num_cpus=cpus_per_rank,
+                num_gpus=gpus_per_rank,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=i),
-            ).remote(str(model_dir), config, cpus_per_rank, i, num_ranks)
+            ).remote(str(model_dir), config, cpus_per_rank, i, num_ranks, gpus_per_rank > 0)
             for i in range(num_ranks)
         ]
         if num_ranks > 1:

@@ -3,22 +3,25 @@
 from .advantages import GroupAdvantages, RolloutOutcome, group_advantages
 from .checkpoint import CheckpointError, CheckpointStore, TrainerPosition
 from .driver import LocalPolicy, LoopConfig, train
-from .job import JobConfig, JobConfigError, parse_job
+from .job import ClusterConfig, HardwareConfig, JobConfig, JobConfigError, parse_job
 from .losses import ClippedSurrogateLoss, GrpoLoss, GspoLoss, GspoTokenLoss, LossInputs, MismatchCorrection
 from .mismatch import mismatch_metrics, routing_disagreement
 from .packing import pack_step, split_for_ranks
+from .plan import check_job_file, parameter_counts, trainer_bundles
 from .sources import BatchSource, ReceiverSource, SpoolFolderSource, TrainingBatch
 from .step import PolicyUpdater, StepConfig
 
 __all__ = [
     "BatchSource",
     "CheckpointError",
+    "ClusterConfig",
     "CheckpointStore",
     "ClippedSurrogateLoss",
     "GroupAdvantages",
     "GrpoLoss",
     "GspoLoss",
     "GspoTokenLoss",
+    "HardwareConfig",
     "JobConfig",
     "JobConfigError",
     "LocalPolicy",
@@ -32,11 +35,14 @@ __all__ = [
     "StepConfig",
     "TrainerPosition",
     "TrainingBatch",
+    "check_job_file",
     "group_advantages",
     "mismatch_metrics",
     "pack_step",
+    "parameter_counts",
     "parse_job",
     "routing_disagreement",
     "split_for_ranks",
     "train",
+    "trainer_bundles",
 ]

@@ -11,7 +11,8 @@ has one table per section, with the field names below:
     [checkpoint] dir
     [training]   loss, lr, max_steps, max_staleness, replay_routing, log, threads
     [weights]    dir, sglang, vllm, engine
-    [cluster]    ray_address, engines, trainer_ranks, backend, engine_dtype
+    [cluster]    ray_address, engines, trainer_ranks, gpus_per_rank, cpus_per_rank, backend, engine_dtype
+    [hardware]   nodes, cpus_per_node, gpus_per_node, gpu_memory_gib   (the cluster the job is planned for)
 
 An unknown table or key, a value of the wrong type, or a key the entry point does not use
 is an error naming the file and the key: a setting that is silently ignored is worse than
@@ -106,8 +107,26 @@ class ClusterConfig:
     ray_address: str | None = None
     engines: int = 1
     trainer_ranks: int = 1
+    """Trainer ranks; the routed experts are sharded across all of them (expert-parallel size)."""
+    gpus_per_rank: int = 0
+    """GPUs in each trainer rank's placement-group bundle; above 0 the rank trains on CUDA (backend nccl)."""
+    cpus_per_rank: int = 1
+    """CPUs in each trainer rank's bundle (its torch threads)."""
     backend: Literal["gloo", "nccl"] = "gloo"
     engine_dtype: Literal["float32", "bfloat16"] = "float32"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HardwareConfig:
+    """The cluster a job is planned for (cluster only): `lego check --config` fits the placement
+    groups and the per-GPU memory into it without a cluster, and the Ray entry point refuses to
+    start on a cluster with fewer GPUs than declared. Omit the table to skip both."""
+
+    nodes: int | None = None
+    cpus_per_node: int | None = None
+    gpus_per_node: int = 0
+    gpu_memory_gib: float | None = None
+    """Memory of one GPU, e.g. 80 for an H100 SXM, 141 for an H200."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -118,6 +137,7 @@ class JobConfig:
     training: TrainingConfig = TrainingConfig()
     weights: WeightSyncConfig = WeightSyncConfig()
     cluster: ClusterConfig = ClusterConfig()
+    hardware: HardwareConfig = HardwareConfig()
 
     def step_config(self) -> StepConfig:
         return StepConfig(loss=self.training.loss, lr=self.training.lr, replay_routing=self.training.replay_routing)
@@ -128,7 +148,8 @@ class JobConfig:
 
 
 _SECTION_TYPES = {"model": ModelConfig, "source": SourceConfig, "checkpoint": CheckpointConfig,
-                  "training": TrainingConfig, "weights": WeightSyncConfig, "cluster": ClusterConfig}
+                  "training": TrainingConfig, "weights": WeightSyncConfig, "cluster": ClusterConfig,
+                 "hardware": HardwareConfig}
 _SOURCE_KINDS = ("source.spool", "source.receive", "source.toy_steps")
 
 
@@ -160,6 +181,9 @@ FLAGS: tuple[_Flag, ...] = (
     _Flag(key="cluster.engines", flag="--engines", scope="cluster", help="engine replicas for on-policy sampling"),
     _Flag(key="cluster.trainer_ranks", flag="--trainer-ranks", scope="cluster",
           help="trainer ranks; experts are sharded across them"),
+    _Flag(key="cluster.gpus_per_rank", flag="--gpus-per-rank", scope="cluster",
+          help="GPUs per trainer rank (0: CPU ranks); ranks with GPUs train on CUDA over NCCL"),
+    _Flag(key="cluster.cpus_per_rank", flag="--cpus-per-rank", scope="cluster", help="CPUs per trainer rank"),
     _Flag(key="cluster.backend", flag="--backend", scope="cluster", help="torch.distributed backend for expert parallelism"),
     _Flag(key="cluster.engine_dtype", flag="--engine-dtype", scope="cluster"),
     _Flag(key="training.max_steps", flag="--max-steps"),
@@ -195,6 +219,8 @@ def _unoptional(kind: Any) -> Any:
 
 
 def _uses(key: str, entry: Entry) -> bool:
+    if key.startswith("hardware."):  # a file-only table: the Ray entry point checks its cluster against it
+        return entry == "cluster"
     flag = next((f for f in FLAGS if f.key == key), None)
     return flag is None or flag.scope in ("both", entry)
 
@@ -324,5 +350,5 @@ def parse_job(argv: Sequence[str], entry: Entry, *, prog: str, description: str 
         raise
 
 
-__all__ = ["CheckpointConfig", "ClusterConfig", "JobConfig", "JobConfigError", "ModelConfig", "SourceConfig",
+__all__ = ["CheckpointConfig", "ClusterConfig", "HardwareConfig", "JobConfig", "JobConfigError", "ModelConfig", "SourceConfig",
            "TrainingConfig", "WeightSyncConfig", "build_job", "job_parser", "parse_job", "read_job_file"]

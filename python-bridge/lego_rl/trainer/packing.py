@@ -27,6 +27,7 @@ N trajectories, L MoE layers, K experts per token.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -73,6 +74,15 @@ class PackedStep:
     def num_tokens(self) -> int:
         """Packed tokens: what the forward pass computes (a shared prefix counts once)."""
         return int(self.input_ids_T.shape[0])
+
+    def to(self, device: torch.device) -> PackedStep:
+        """The same step with its tensors on `device` (the trainer rank's GPU); itself when already there."""
+        if self.input_ids_T.device == device:
+            return self
+        move = {name: getattr(self, name).to(device) for name in
+                ("input_ids_T", "logit_rows_R", "targets_R", "rollout_logprobs_R", "sequence_R", "advantages_N")}
+        routing = None if self.routing_TLK is None else self.routing_TLK.to(device)
+        return dataclasses.replace(self, routing_TLK=routing, **move)
 
     @property
     def source_tokens(self) -> int:

@@ -126,10 +126,11 @@ class PolicyUpdater:
         allreduce_replicated_grads(replicated, self.expert_group)  # type: ignore[arg-type]
         replicated_ids = {id(p) for p in replicated}
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        zero = torch.zeros((), device=grads[0].device if grads else None)
         sharded_sq = sum((p.grad.pow(2).sum() for p in self.model.parameters()
-                          if p.grad is not None and id(p) not in replicated_ids), torch.zeros(()))
+                          if p.grad is not None and id(p) not in replicated_ids), zero)
         dist.all_reduce(sharded_sq, group=self.expert_group)  # type: ignore[arg-type]
-        replicated_sq = sum((p.grad.pow(2).sum() for p in replicated if p.grad is not None), torch.zeros(()))
+        replicated_sq = sum((p.grad.pow(2).sum() for p in replicated if p.grad is not None), zero)
         norm = torch.sqrt(replicated_sq + sharded_sq)
         coef = torch.clamp(self.config.max_grad_norm / (norm + 1e-6), max=1.0)
         for grad in grads:
@@ -139,6 +140,7 @@ class PolicyUpdater:
     def update(self, step: PackedStep) -> dict[str, float]:
         """One optimizer step on `step`; returns slash-namespaced metrics."""
         self.model.train()
+        step = step.to(next(self.model.parameters()).device)  # packed on the CPU; a GPU rank trains on CUDA
         recomputed = recompute_logprobs(self.model, step, replay=self.config.replay_routing)
         ones_R = torch.ones_like(recomputed.logprobs_R)
         metrics = mismatch_metrics(step.rollout_logprobs_R, recomputed.logprobs_R, ones_R)

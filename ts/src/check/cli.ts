@@ -7,7 +7,7 @@ import { preflight } from "./preflight.ts";
 
 export const checkCommand: LegoCommand = {
   command: "check",
-  describe: "preflight: Docker, harness runtimes, disk space, ports, tokenizer, chat template, engine routing, trainer; each failure names the fix",
+  describe: "preflight: Docker, harness runtimes, disk space, ports, tokenizer, chat template, engine routing, trainer, training job file; each failure names the fix",
   builder: (y: Argv) =>
     y
       .option("docker-socket", { type: "string", default: "/var/run/docker.sock" })
@@ -21,13 +21,14 @@ export const checkCommand: LegoCommand = {
       .option("engine-model", { type: "string", describe: "model name the vLLM server serves (with --engine-url)" })
       .option("trainer-address", { type: "string", describe: "the trainer's data-plane receiver (its --receive address): probe that it answers a hello" })
       .option("engine-timeout-s", { type: "number", default: 60, describe: "how long the engine and trainer probes may take" })
+      .option("config", { type: "string", describe: "training job file (FILE.toml, as `python -m lego_rl.cluster.train --config`): types, experts divisible by the expert-parallel size, placement-group bundles vs [hardware], memory per GPU, engines; no GPU needed" })
       .option("tool-call-format", { choices: ["qwen3_json", "qwen3_coder_xml"] as const, default: "qwen3_json" as const, describe: "the proxy's tool-call parser (as `lego proxy`)" }),
   handler: async (a) => {
     const results = await preflight({ dockerSocket: a["docker-socket"], runtimesDir: a["runtimes-dir"], workDir: a["work-dir"],
       minFreeGiB: a["min-free-gib"], ports: (a.port as number[]) ?? [], modelDir: a["model-dir"] ?? null, toolCallFormat: a["tool-call-format"],
       engine: a["engine-address"] ? { kind: "zmq", address: a["engine-address"] }
         : a["engine-url"] ? { kind: "vllm", baseUrl: a["engine-url"], model: a["engine-model"] ?? "default" } : null,
-      engineTimeoutMs: a["engine-timeout-s"] * 1000, trainerAddress: a["trainer-address"] ?? null });
+      engineTimeoutMs: a["engine-timeout-s"] * 1000, trainerAddress: a["trainer-address"] ?? null, jobConfig: a.config ?? null });
     for (const r of results) process.stdout.write(`${r.skipped ? "skip" : r.ok ? "ok  " : "FAIL"} ${r.name}: ${r.detail}${r.fix ? `\n     fix: ${r.fix}` : ""}\n`);
     if (results.some((r) => !r.ok)) process.exitCode = 1;
   },

@@ -3,3 +3,4 @@ export { checkDisk, checkDocker, checkPort, checkRuntimes, preflight, type Check
 export { checkTemplateRoundTrip, checkTokenizer, modelChecks } from "./model-checks.ts";
 export { checkRouting, type RoutingEngine } from "./routing-check.ts";
 export { checkTrainer } from "./trainer-check.ts";
+export { checkJobFile } from "./job-check.ts";

@@ -3,7 +3,8 @@
  * daemon, harness runtimes, disk space, ports, and with a model directory the tokenizer
  * against the model's vocabulary and the chat template against the tool-call parser
  * (model-checks.ts), and with an engine whether it returns MoE routing for routing replay
- * (routing-check.ts), and whether the trainer's receiver answers a hello (trainer-check.ts).
+ * (routing-check.ts), whether the trainer's receiver answers a hello (trainer-check.ts), and with
+ * --config a training job file: shapes, placement, memory per GPU, engines (job-check.ts).
  */
 import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, statfsSync } from "node:fs";
@@ -11,6 +12,7 @@ import { createServer } from "node:net";
 import { join } from "node:path";
 import Docker from "dockerode";
 import type { ToolCallFormat } from "../proxy/index.ts";
+import { checkJobFile } from "./job-check.ts";
 import { modelChecks } from "./model-checks.ts";
 import { checkRouting, type RoutingEngine } from "./routing-check.ts";
 import { checkTrainer } from "./trainer-check.ts";
@@ -30,6 +32,8 @@ export interface PreflightConfig {
   engineTimeoutMs: number;
   /** The trainer's data-plane receiver (`--receive` address); null skips that check. */
   trainerAddress: string | null;
+  /** A training job file (`--config`, as the trainer entry points take); null skips the job checks. */
+  jobConfig: string | null;
 }
 
 export interface CheckResult {
@@ -92,5 +96,7 @@ export async function preflight(c: PreflightConfig): Promise<CheckResult[]> {
     c.engine !== null ? await checkRouting(c.engine, c.modelDir, c.engineTimeoutMs)
       : { name: "routing", ok: true, skipped: true, detail: "no --engine-address / --engine-url: routing replay support not probed" },
     c.trainerAddress !== null ? await checkTrainer(c.trainerAddress, c.engineTimeoutMs)
-      : { name: "trainer", ok: true, skipped: true, detail: "no --trainer-address: trainer not probed" }];
+      : { name: "trainer", ok: true, skipped: true, detail: "no --trainer-address: trainer not probed" },
+    ...(c.jobConfig !== null ? checkJobFile(c.jobConfig, Math.max(c.engineTimeoutMs, 180_000))
+      : [{ name: "job", ok: true, skipped: true, detail: "no --config: training job not checked" }])];
 }
