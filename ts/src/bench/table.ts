@@ -36,7 +36,7 @@ const HEADLINES: Record<string, string[]> = {
   sandbox: ["start_p50_ms", "vs_docker_run", "vs_docker_run_with_removal", "leaked"],
   disk_quota: ["added_p50_ms", "leaked"],
   tasks: ["tasks_per_min", "healthy", "tasks"],
-  harness: ["reference_overhead_s", "claude_overhead_s", "openhands_overhead_s", "mini_swe_agent_overhead_s", "sandbox_cycle_s"],
+  harness: ["reference_overhead_s", "claude_overhead_s", "opencode_overhead_s", "codex_overhead_s", "openhands_overhead_s", "mini_swe_agent_overhead_s", "sandbox_cycle_s"],
 };
 
 export function parseRecords(text: string, path = RECORDS_PATH): BenchRecord[] {
