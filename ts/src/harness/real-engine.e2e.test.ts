@@ -2,8 +2,9 @@
  * Harnesses against the REAL Python engine: `python -m lego_rl.engine` serving
  * the tiny random MoE with the Qwen3 vocabulary (`python -m lego_rl.model.tiny
  * --tokenizer qwen3`), reached the way `lego eval --engine tcp://… --model-dir …`
- * reaches it (the registered harness factory), the reference harness and
- * Claude Code in real sandboxes through the real proxy. A random policy earns
+ * reaches it (the registered harness factory), every harness (reference,
+ * Claude Code, OpenCode, Codex CLI, OpenHands SDK, mini-swe-agent) in real
+ * sandboxes through the real proxy. A random policy earns
  * nothing: each rollout must end as an agent outcome (ok or agent_error, never
  * env_error), within its bound, with no container left, and its segments must
  * carry the engine's own logprobs and MoE routing for every policy token.
@@ -141,16 +142,44 @@ describe("harnesses against the real Python engine (tiny MoE, Qwen3 vocabulary)"
     }
   }, 300_000);
 
-  it("Claude Code: a rollout against the random policy ends as an agent outcome with the engine's logprobs and routing", async () => {
-    expect(existsSync(join(RUNTIMES_DIR, "harness/node_modules/@anthropic-ai/claude-code-linux-x64/claude")), `no Claude Code runtime in ${RUNTIMES_DIR}: run scripts/setup`).toBe(true);
-    const launcher = await harnessLauncher({ harness: "claude-code", engine: address, modelDir, sampling: SAMPLING, limits: { maxTurns: 3, timeoutSec: 180 } });
-    try {
-      const { outcome, session } = (await rollouts(launcher, 1, "cc-real"))[0]!;
-      expect(["ok", "agent_error"]).toContain(outcome.status);
-      expect(outcome.reward ?? 0).toBe(0);
-      expectEngineTokens(session);
-    } finally {
-      await launcher.close!();
-    }
-  }, 360_000);
+  // Every mounted harness, one rollout each, bounded by the sandbox's wall-clock limit and the
+  // per-turn token bound, and where the harness's own turn limit holds against a model cut off at
+  // that bound, by it. A random policy's 24 tokens are a plain answer cut at max tokens, never a
+  // tool call; what each harness does with that (docs/harnesses.md, "Against a real engine"):
+  //  - Claude Code continues a reply stopped at max_tokens (its output-limit recovery), so it makes
+  //    more calls than --max-turns counts; OpenCode re-sends the same prompt after a `length`
+  //    finish, its steps limit not counting those, until the wall clock ends it (timeout, an
+  //    agent outcome); Codex CLI has no turn limit in exec and ends on the plain answer.
+  //  - OpenHands SDK and mini-swe-agent stay within their turn limit.
+  const MOUNTED: Array<{ harness: string; runtime: string; statuses: string[]; maxMainTurns?: number; wallS: number }> = [
+    { harness: "claude-code", runtime: "harness/node_modules/@anthropic-ai/claude-code-linux-x64/claude", statuses: ["ok", "agent_error"], wallS: 150 },
+    { harness: "opencode", runtime: "harness/node_modules/opencode-linux-x64/bin/opencode", statuses: ["ok", "agent_error", "timeout"], wallS: 120 },
+    { harness: "codex", runtime: "harness/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex", statuses: ["ok", "agent_error"], wallS: 150 },
+    // The SDK's imports from the read-only runtime take minutes on a loaded host (2 cores, load 40: none in 170 s).
+    { harness: "openhands", runtime: "openhands/openhands/sdk", statuses: ["ok", "agent_error"], maxMainTurns: 3, wallS: 300 },
+    { harness: "mini-swe-agent", runtime: "mini-swe-agent/minisweagent", statuses: ["ok", "agent_error"], maxMainTurns: 3, wallS: 150 },
+  ];
+  for (const { harness, runtime, statuses, maxMainTurns, wallS } of MOUNTED) {
+    it(`${harness}: a rollout against the random policy ends as an agent outcome (${statuses.join(", ")}) within ${wallS} s, with the engine's logprobs and routing, no container left`, async () => {
+      // scripts/setup builds the runtimes; a missing one fails here, never skips.
+      expect(existsSync(join(RUNTIMES_DIR, runtime)), `no ${runtime} in ${RUNTIMES_DIR}: run scripts/setup`).toBe(true);
+      const launcher = await harnessLauncher({ harness, engine: address, modelDir, sampling: SAMPLING, limits: { maxTurns: 3, timeoutSec: wallS } });
+      try {
+        const t0 = performance.now();
+        const { outcome, session } = (await rollouts(launcher, 1, `${harness}-real`))[0]!;
+        expect(statuses, `${harness}: ${outcome.status} ${outcome.envError?.message ?? ""} ${outcome.log}`).toContain(outcome.status);
+        expect(outcome.reward ?? 0).toBe(0);
+        // The sandbox's limit ends the agent stage (a little over it for the kill and the detectors), and the rollout soon after.
+        expect(outcome.timingsMs.agent!).toBeLessThan((wallS + 15) * 1000);
+        expect(performance.now() - t0).toBeLessThan((wallS + 90) * 1000);
+        expectEngineTokens(session);
+        for (const s of session.segments) for (const t of s.turns) expect(t.completion_end - t.completion_start).toBeLessThanOrEqual(SAMPLING.maxTokensPerTurn);
+        const mainTurns = session.segments.filter((s) => s.thread === "main").flatMap((s) => s.turns).length;
+        if (maxMainTurns !== undefined) expect(mainTurns).toBeLessThanOrEqual(maxMainTurns);
+      } finally {
+        await launcher.close!();
+      }
+      expect(await leftoverContainers()).toEqual([]);
+    }, (wallS + 120) * 1000);
+  }
 });

@@ -3,7 +3,7 @@ import { createServer, type Server } from "node:http";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { RUNTIMES_DIR } from "../harness/index.ts";
+import { CLAUDE_CODE_VERSION, CODEX_VERSION, OPENCODE_VERSION, RUNTIMES_DIR } from "../harness/index.ts";
 import { RolloutRunner } from "../rollout/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS, fixtureImage, fixtureImages, leftoverContainers } from "./test-support.ts";
 import type { TaskDefinition } from "./task.ts";
@@ -73,25 +73,43 @@ describe("agent stage: proxy route and mounted runtimes", () => {
   });
 
   // scripts/setup builds these runtimes (scripts/sandbox/build-runtimes.sh) before any test runs.
-  it("runs Claude Code and OpenCode from mounted runtimes, offline", async () => {
+  // More than --version: each binary the adapters run is the pinned one, its headless mode still takes
+  // the flags the adapter passes (a new version dropping or renaming one fails here, not in a rollout),
+  // the ripgrep OpenCode needs is there, and the mount is read-only to the agent user.
+  it("runs Claude Code, OpenCode and Codex CLI from mounted runtimes, offline, as the agent user: pinned versions, their headless flags, read-only", async () => {
     const runner = await RolloutRunner.create({
       maxAttempts: 1,
       runtimes: ["node", "harness"].map((name) => ({ name, hostPath: join(RUNTIMES_DIR, name) })),
     });
+    const nm = "/opt/lego-runtimes/harness/node_modules";
+    const claude = `${nm}/@anthropic-ai/claude-code-linux-x64/claude`;
+    const opencode = `${nm}/opencode-linux-x64/bin/opencode`;
+    const codex = `${nm}/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex`;
+    // Each failed check names itself on stderr (the outcome's log).
+    const has = (help: string, flags: string[]) => flags.map((f) => `${help} 2>&1 | grep -q -- '${f}' || fail "${help} lists no ${f}"`);
     const o = await runner.run({
       ...fixAdd,
       rolloutId: "harness-runtimes",
-      agentTimeoutSec: 120,
+      agentTimeoutSec: 240, // eight starts of three large binaries, on a loaded host
       agent: {
         script: [
-          "set -e",
+          'fail() { echo "runtime check failed: $1" >&2; exit 1; }',
+          'test "$(id -u)" != 0 || fail "runs as root"',
           "export PATH=/opt/lego-runtimes/node/bin:$PATH",
-          "/opt/lego-runtimes/harness/node_modules/.bin/claude --version | grep -q 'Claude Code'",
-          "/opt/lego-runtimes/harness/node_modules/.bin/opencode --version",
+          `${nm}/.bin/claude --version | grep -q 'Claude Code' || fail "node_modules/.bin/claude is not Claude Code"`,
+          `test "$(${claude} --version)" = '${CLAUDE_CODE_VERSION} (Claude Code)' || fail "claude is not ${CLAUDE_CODE_VERSION}"`,
+          // --max-turns is not in its --help: its parser must take every flag the adapter passes and stop only at the unknown last one.
+          `test "$(${claude} -p --bare --output-format stream-json --verbose --tools Bash --max-turns 1 --model policy --dangerously-skip-permissions --lego-unknown 2>&1)" = "error: unknown option '--lego-unknown'" || fail "claude refuses a flag the adapter passes"`,
+          `test "$(${opencode} --version)" = '${OPENCODE_VERSION}' || fail "opencode is not ${OPENCODE_VERSION}"`,
+          ...has(`${opencode} run --help`, ["--pure", "--format", "--dir", "--model"]),
+          `test "$(${codex} --version)" = 'codex-cli ${CODEX_VERSION}' || fail "codex is not ${CODEX_VERSION}"`,
+          ...has(`${codex} exec --help`, ["--json", "--ephemeral", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "--cd"]),
+          '/opt/lego-runtimes/harness/bin/rg --version | grep -q ripgrep || fail "no ripgrep in harness/bin"',
+          `if touch ${nm}/lego-write-probe 2>/dev/null; then fail "the runtime is writable"; fi`,
         ].join("\n"),
       },
     });
     await runner.close();
-    expect(o).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
-  }, 180_000);
+    expect(o, o.log).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
+  }, 360_000);
 });
