@@ -12,6 +12,7 @@ import { PolicyEngineError } from "../harness/index.ts";
 import { Sender } from "../transport/index.ts";
 import { WorkerConfigError, buildWorkerConfig, readWorkerConfigFile, type WorkerConfig } from "./config.ts";
 import { RolloutEvents } from "./events.ts";
+import { DockerHosts, parseDockerHostSpec } from "./hosts.ts";
 import { RolloutRunner } from "./runner.ts";
 import { SummaryCollector, formatSummary, jsonLines } from "./summary.ts";
 import { runWorkerLoop } from "./worker.ts";
@@ -26,7 +27,7 @@ async function launcherFor(cfg: WorkerConfig): Promise<AgentLauncher> {
 }
 
 /** Runs the worker with a built config; returns the summary (also printed). */
-export async function runRollout(cfg: WorkerConfig, io: { tty: boolean; out: (s: string) => void; err: (s: string) => void }) {
+export async function runRollout(cfg: WorkerConfig, io: { tty: boolean; out: (s: string) => void; err: (s: string) => void }, env: { sshAgent?: string } = {}) {
   const { tasks: all } = await openTaskSource(cfg.tasks, defaultTasksConfig());
   const tasks = cfg.limit ? all.slice(0, cfg.limit) : all;
   const launcher = await launcherFor(cfg);
@@ -42,20 +43,27 @@ export async function runRollout(cfg: WorkerConfig, io: { tty: boolean; out: (s:
   // Ids are unique per run, so a restarted worker never collides with what it shipped before.
   const runId = `${cfg.producerId}-${Date.now().toString(36)}${randomBytes(2).toString("hex")}`;
   const sender = new Sender({ address: cfg.trainer, spoolDir: cfg.spoolDir, producerId: cfg.producerId });
-  const runner = await RolloutRunner.create({ ...launcher.runner, concurrency: cfg.concurrency, warmPoolSize: cfg.warmPool, maxAttempts: 1 });
+  const runnerCfg = { ...launcher.runner, concurrency: cfg.concurrency, warmPoolSize: cfg.warmPool, maxAttempts: 1 };
+  // Several hosts: each is reaped when opened (the process's own daemon may not be one of them).
+  const hosts = cfg.dockerHosts.length
+    ? await DockerHosts.open(cfg.dockerHosts.map(parseDockerHostSpec), { defaultSlots: cfg.concurrency, events, log: (l) => io.err(`${l}\n`), sshAgent: env.sshAgent })
+    : undefined;
+  const runner = hosts ? new RolloutRunner(runnerCfg) : await RolloutRunner.create(runnerCfg);
   let result;
+  let unsweptHosts: string[] = [];
   try {
-    result = await runWorkerLoop(tasks, { runner, launcher, sink: sender, events }, {
+    result = await runWorkerLoop(tasks, { runner, launcher, sink: sender, events, ...(hosts ? { hosts } : {}) }, {
       groupSize: cfg.groupSize, concurrency: cfg.concurrency, maxAttempts: cfg.maxAttempts, runId, routing: launcher.routing ?? null,
       staleness: { maxStaleness: cfg.maxStaleness }, samplingVersion: launcher.samplingVersion?.bind(launcher), log: (l) => io.err(`${l}\n`),
     });
     await sender.drain(cfg.drainTimeoutMs);
   } finally {
     await runner.close();
+    if (hosts) unsweptHosts = (await hosts.close(cfg.lostHostWaitMs)).unswept;
     await launcher.close?.();
     await sender.close();
   }
-  const summary = { ...collector.summary(), runId, sender: sender.stats(), listenerErrors: events.listenerErrors.length };
+  const summary = { ...collector.summary(), runId, sender: sender.stats(), listenerErrors: events.listenerErrors.length, ...(hosts ? { unsweptHosts } : {}) };
   if (io.tty) io.err(`${formatSummary(summary)}\n`);
   io.out(`${JSON.stringify({ event: "summary", ...summary, result })}\n`);
   return summary;
@@ -82,10 +90,11 @@ export const rolloutCommand: LegoCommand = {
       .option("warm-pool", { type: "number", describe: "warm containers per image and stage (default 0)" })
       .option("spool-dir", { type: "string", describe: "the sender's durable spool" })
       .option("producer-id", { type: "string", describe: "this worker's stable name" })
-      .option("limit", { type: "number", describe: "only the first N tasks" }),
+      .option("limit", { type: "number", describe: "only the first N tasks" })
+      .option("docker-host", { type: "string", array: true, describe: "a Docker endpoint to spread sandboxes over (unix:///PATH, tcp://HOST:PORT, ssh://USER@HOST, optionally =SLOTS); repeatable" }),
   handler: async (a) => {
     try {
-      await runRollout(configFrom(a), { tty: process.stdout.isTTY === true, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) });
+      await runRollout(configFrom(a), { tty: process.stdout.isTTY === true, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) }, { sshAgent: process.env.SSH_AUTH_SOCK });
     } catch (e) {
       // A bad flag or config file is the operator's to fix: say which, without a stack trace.
       if (!(e instanceof WorkerConfigError || e instanceof PolicyEngineError)) throw e;
@@ -100,6 +109,6 @@ function configFrom(a: Record<string, any>): WorkerConfig {
   const file = a.config ? readWorkerConfigFile(a.config as string) : {};
   return buildWorkerConfig(file, {
     tasks: a.tasks, harness: a.harness, engine: a.engine, modelDir: a["model-dir"], temperature: a.temperature, maxTokensPerTurn: a["max-tokens-per-turn"], maxTurns: a["max-turns"], groupSize: a["group-size"], concurrency: a.concurrency, trainer: a.trainer,
-    maxStaleness: a["max-staleness"], maxAttempts: a["max-attempts"], warmPool: a["warm-pool"], spoolDir: a["spool-dir"], producerId: a["producer-id"], limit: a.limit,
+    maxStaleness: a["max-staleness"], maxAttempts: a["max-attempts"], warmPool: a["warm-pool"], spoolDir: a["spool-dir"], producerId: a["producer-id"], limit: a.limit, dockerHosts: a["docker-host"],
   } as Partial<WorkerConfig>);
 }

@@ -5,6 +5,8 @@
  */
 import { readFileSync } from "node:fs";
 import { parse } from "smol-toml";
+import { dockerEndpoint } from "../sandbox/index.ts";
+import { parseDockerHostSpec } from "./hosts.ts";
 
 export interface WorkerConfig {
   /** Task source (directory, .jsonl, task list, suite name), as `lego eval --tasks`. */
@@ -41,6 +43,13 @@ export interface WorkerConfig {
   drainTimeoutMs: number;
   /** Only the first N tasks (0 = all). */
   limit: number;
+  /**
+   * Docker endpoints sandboxes are spread over (`unix:///PATH`, `tcp://HOST:PORT`, `ssh://USER@HOST`,
+   * each optionally `=SLOTS`); empty = the process's one daemon (DOCKER_HOST or the default socket).
+   */
+  dockerHosts: string[];
+  /** At the end, how long the worker waits for a lost Docker host to answer so it can remove its containers there. */
+  lostHostWaitMs: number;
 }
 
 export const DEFAULT_WORKER_CONFIG: Omit<WorkerConfig, "tasks" | "harness" | "trainer"> = {
@@ -58,6 +67,8 @@ export const DEFAULT_WORKER_CONFIG: Omit<WorkerConfig, "tasks" | "harness" | "tr
   producerId: "rollout",
   drainTimeoutMs: 120_000,
   limit: 0,
+  dockerHosts: [],
+  lostHostWaitMs: 10_000,
 };
 
 export class WorkerConfigError extends Error {
@@ -65,7 +76,7 @@ export class WorkerConfigError extends Error {
 }
 
 /** TOML key → field, with the value's kind. */
-const FIELDS: Record<string, { key: keyof WorkerConfig; kind: "string" | "int" | "int?" | "string?" | "number" }> = {
+const FIELDS: Record<string, { key: keyof WorkerConfig; kind: "string" | "int" | "int?" | "string?" | "number" | "string[]" }> = {
   tasks: { key: "tasks", kind: "string" },
   harness: { key: "harness", kind: "string" },
   engine: { key: "engine", kind: "string?" },
@@ -83,6 +94,8 @@ const FIELDS: Record<string, { key: keyof WorkerConfig; kind: "string" | "int" |
   producer_id: { key: "producerId", kind: "string" },
   drain_timeout_ms: { key: "drainTimeoutMs", kind: "int" },
   limit: { key: "limit", kind: "int" },
+  docker_hosts: { key: "dockerHosts", kind: "string[]" },
+  lost_host_wait_ms: { key: "lostHostWaitMs", kind: "int" },
 };
 
 /** Reads a TOML config file; every key must be a known field of the right type. */
@@ -97,8 +110,10 @@ export function readWorkerConfigFile(file: string): Partial<WorkerConfig> {
   for (const [k, v] of Object.entries(doc)) {
     const f = FIELDS[k];
     if (!f) throw new WorkerConfigError(`${file}: unknown key ${JSON.stringify(k)} (known: ${Object.keys(FIELDS).join(", ")})`);
-    const ok = f.kind === "number" ? typeof v === "number" : f.kind.startsWith("int") ? Number.isInteger(v) : typeof v === "string";
-    if (!ok) throw new WorkerConfigError(`${file}: ${k} must be ${f.kind === "number" ? "a number" : f.kind.startsWith("int") ? "an integer" : "a string"}, got ${JSON.stringify(v)}`);
+    const ok = f.kind === "number" ? typeof v === "number" : f.kind.startsWith("int") ? Number.isInteger(v)
+      : f.kind === "string[]" ? Array.isArray(v) && v.every((x) => typeof x === "string") : typeof v === "string";
+    const want = f.kind === "number" ? "a number" : f.kind.startsWith("int") ? "an integer" : f.kind === "string[]" ? "a list of strings" : "a string";
+    if (!ok) throw new WorkerConfigError(`${file}: ${k} must be ${want}, got ${JSON.stringify(v)}`);
     out[f.key] = v;
   }
   return out as Partial<WorkerConfig>;
@@ -119,6 +134,15 @@ export function buildWorkerConfig(file: Partial<WorkerConfig>, flags: Partial<Wo
   if (!["oracle", "empty"].includes(cfg.harness) && !cfg.engine) throw new WorkerConfigError(`--harness ${cfg.harness} needs --engine`);
   if (!(typeof cfg.temperature === "number" && cfg.temperature > 0)) throw new WorkerConfigError(`--temperature must be > 0, got ${cfg.temperature}`);
   // A real engine's address needs the model it serves: the proxy tokenizes with it.
+  for (const h of cfg.dockerHosts) {
+    try {
+      dockerEndpoint(parseDockerHostSpec(h).endpoint);
+    } catch (e) {
+      throw new WorkerConfigError(`--docker-host: ${(e as Error).message}`);
+    }
+  }
+  if (new Set(cfg.dockerHosts).size !== cfg.dockerHosts.length) throw new WorkerConfigError(`--docker-host given twice: ${cfg.dockerHosts.join(", ")}`);
+  if (!Number.isInteger(cfg.lostHostWaitMs) || cfg.lostHostWaitMs < 0) throw new WorkerConfigError(`lost_host_wait_ms must be a non-negative integer, got ${cfg.lostHostWaitMs}`);
   if (cfg.engine && /^(tcp|ipc):\/\//.test(cfg.engine) && !cfg.modelDir) throw new WorkerConfigError(`--engine ${cfg.engine} needs --model-dir (the model directory the engine serves)`);
   return cfg;
 }

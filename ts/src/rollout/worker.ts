@@ -11,6 +11,7 @@ import type { RoutingShape, Trajectory } from "../schema/index.ts";
 import { ConcurrencyLimit, ensureBaseImage, ensureTaskImage, isSandboxEnvError, type EnvErrorKind, type RolloutOutcome, type TaskDefinition } from "../sandbox/index.ts";
 import type { AgentLauncher, Task } from "../tasks/index.ts";
 import type { RolloutEvents } from "./events.ts";
+import type { DockerHosts } from "./hosts.ts";
 import type { RolloutRunner } from "./runner.ts";
 import { mayStartRollout, staleAtShip, type StalenessBound } from "./staleness.ts";
 import { buildTrajectory, type SessionRecords } from "./trajectory.ts";
@@ -53,7 +54,7 @@ const safe = (s: string) => s.replace(/[^A-Za-z0-9_.-]+/g, "_");
 
 export async function runWorkerLoop(
   tasks: readonly Task[],
-  deps: { runner: RolloutRunner; launcher: AgentLauncher; sink: TrajectorySink; events: RolloutEvents },
+  deps: { runner: RolloutRunner; launcher: AgentLauncher; sink: TrajectorySink; events: RolloutEvents; hosts?: DockerHosts },
   opts: WorkerLoopOptions,
 ): Promise<WorkerResult> {
   const { runner, launcher, sink, events } = deps;
@@ -61,13 +62,14 @@ export async function runWorkerLoop(
   const backoffMs = opts.retryBackoffMs ?? DEFAULT_RETRY_BACKOFF_MS;
   const limit = new ConcurrencyLimit(opts.concurrency);
   const result: WorkerResult = { groupsShipped: 0, trajectoriesShipped: 0, droppedEnvErrors: 0 };
-  const base = await ensureBaseImage(undefined, log);
+  // With several Docker hosts each host gets its images on first use (hosts.ts); else the process's daemon, now.
+  const base = deps.hosts ? null : await ensureBaseImage(undefined, log);
   const images = new Map<string, Promise<string>>();
   const imageOf = (def: TaskDefinition) => {
     const key = `${def.environment.image ?? def.name}\0${def.environment.dir}`;
     if (!images.has(key)) {
       // A failed build is not remembered: the daemon may have been away for a moment, and the retry must try again.
-      const p = ensureTaskImage(def, base.tag, { log }).then((i) => i.tag);
+      const p = ensureTaskImage(def, base!.tag, { log }).then((i) => i.tag);
       p.catch(() => {
         if (images.get(key) === p) images.delete(key);
       });
@@ -100,10 +102,26 @@ export async function runWorkerLoop(
     return trajectory!;
   };
 
-  const attemptOnce = async (task: Task, def: TaskDefinition, rolloutId: string): Promise<{ outcome: RolloutOutcome; session: SessionRecords }> => {
+  type Attempt = { outcome: RolloutOutcome; session: SessionRecords };
+  const attemptOnce = (task: Task, def: TaskDefinition, rolloutId: string): Promise<Attempt> => {
+    const hosts = deps.hosts;
+    if (!hosts) return attemptOn(task, def, rolloutId, () => imageOf(def));
+    // Placed on the host with the most free slots; an env_error there makes it ping that host, so a
+    // lost host takes no new attempts and this rollout's retry lands on another.
+    return hosts.place(rolloutId, async (host) => {
+      const r = await attemptOn(task, def, rolloutId, () => hosts.taskImage(host, def));
+      if (r.outcome.status === "env_error") await hosts.suspect(host);
+      return r;
+    }).catch((e: unknown) => {
+      if (!isSandboxEnvError(e)) throw e;
+      return { outcome: envErrorOutcome(e.kind, e.message), session: NO_SESSION };
+    });
+  };
+
+  const attemptOn = async (task: Task, def: TaskDefinition, rolloutId: string, imageFor: () => Promise<string>): Promise<Attempt> => {
     let image: string;
     try {
-      image = await imageOf(def);
+      image = await imageFor();
     } catch (e) {
       // An unbuildable or quarantined image is the environment's failure; the group accounts for it.
       if (!isSandboxEnvError(e)) throw e;
