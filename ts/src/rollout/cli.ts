@@ -4,7 +4,6 @@
  * progress and events are JSON lines on stdout when it is not a terminal,
  * human lines on stderr when it is; the last stdout line is the summary.
  */
-import { randomBytes } from "node:crypto";
 import type { Argv } from "yargs";
 import type { LegoCommand } from "../lego-command.ts";
 import { defaultTasksConfig, emptyAgent, harnessLauncher, openTaskSource, oracleAgent, type AgentLauncher } from "../tasks/index.ts";
@@ -13,6 +12,7 @@ import { Sender } from "../transport/index.ts";
 import { WorkerConfigError, buildWorkerConfig, readWorkerConfigFile, type WorkerConfig } from "./config.ts";
 import { RolloutEvents } from "./events.ts";
 import { DockerHosts, parseDockerHostSpec } from "./hosts.ts";
+import { RunJournal, runFingerprint } from "./journal.ts";
 import { RolloutRunner } from "./runner.ts";
 import { SummaryCollector, formatSummary, jsonLines } from "./summary.ts";
 import { runWorkerLoop } from "./worker.ts";
@@ -30,6 +30,9 @@ async function launcherFor(cfg: WorkerConfig): Promise<AgentLauncher> {
 export async function runRollout(cfg: WorkerConfig, io: { tty: boolean; out: (s: string) => void; err: (s: string) => void }, env: { sshAgent?: string } = {}) {
   const { tasks: all } = await openTaskSource(cfg.tasks, defaultTasksConfig());
   const tasks = cfg.limit ? all.slice(0, cfg.limit) : all;
+  // The run's identity and what it shipped survive a kill (journal.ts): a restart resumes the same run.
+  const journal = RunJournal.open(cfg.spoolDir, runFingerprint({ producerId: cfg.producerId, harness: cfg.harness, groupSize: cfg.groupSize, taskIds: tasks.map((t) => t.id) }), cfg.producerId);
+  if (journal.resumed) io.err(`resuming run ${journal.runId}: ${journal.shippedBefore} of ${tasks.length} groups shipped before\n`);
   const launcher = await launcherFor(cfg);
   // Without the engine's version the bound cannot be checked; refusing beats pausing forever or ignoring it.
   if (cfg.maxStaleness !== null && !launcher.samplingVersion) {
@@ -40,9 +43,11 @@ export async function runRollout(cfg: WorkerConfig, io: { tty: boolean; out: (s:
   const collector = new SummaryCollector(events);
   if (io.tty) events.subscribe((e) => e.kind === "group_shipped" && io.err(`group ${e.groupId}: ${e.trajectories} shipped, ${e.droppedEnvErrors} dropped\n`));
   else jsonLines(events, io.out);
-  // Ids are unique per run, so a restarted worker never collides with what it shipped before.
-  const runId = `${cfg.producerId}-${Date.now().toString(36)}${randomBytes(2).toString("hex")}`;
-  const sender = new Sender({ address: cfg.trainer, spoolDir: cfg.spoolDir, producerId: cfg.producerId });
+  const runId = journal.runId;
+  const sender = new Sender({
+    address: cfg.trainer, spoolDir: cfg.spoolDir, producerId: cfg.producerId,
+    onEvent: (e) => e.type === "spooled" && journal.onSpooled(e.batch_id),
+  });
   const runnerCfg = { ...launcher.runner, concurrency: cfg.concurrency, warmPoolSize: cfg.warmPool, maxAttempts: 1 };
   // Several hosts: each is reaped when opened (the process's own daemon may not be one of them).
   const hosts = cfg.dockerHosts.length
@@ -52,18 +57,19 @@ export async function runRollout(cfg: WorkerConfig, io: { tty: boolean; out: (s:
   let result;
   let unsweptHosts: string[] = [];
   try {
-    result = await runWorkerLoop(tasks, { runner, launcher, sink: sender, events, ...(hosts ? { hosts } : {}) }, {
+    result = await runWorkerLoop(tasks, { runner, launcher, sink: sender, events, journal, ...(hosts ? { hosts } : {}) }, {
       groupSize: cfg.groupSize, concurrency: cfg.concurrency, maxAttempts: cfg.maxAttempts, runId, routing: launcher.routing ?? null,
       staleness: { maxStaleness: cfg.maxStaleness }, samplingVersion: launcher.samplingVersion?.bind(launcher), log: (l) => io.err(`${l}\n`),
     });
     await sender.drain(cfg.drainTimeoutMs);
+    journal.finish();
   } finally {
     await runner.close();
     if (hosts) unsweptHosts = (await hosts.close(cfg.lostHostWaitMs)).unswept;
     await launcher.close?.();
     await sender.close();
   }
-  const summary = { ...collector.summary(), runId, sender: sender.stats(), listenerErrors: events.listenerErrors.length, ...(hosts ? { unsweptHosts } : {}) };
+  const summary = { ...collector.summary(), runId, sender: sender.stats(), listenerErrors: events.listenerErrors.length, resumed: journal.resumed, ...(hosts ? { unsweptHosts } : {}) };
   if (io.tty) io.err(`${formatSummary(summary)}\n`);
   io.out(`${JSON.stringify({ event: "summary", ...summary, result })}\n`);
   return summary;

@@ -12,6 +12,7 @@ import { ConcurrencyLimit, ensureBaseImage, ensureTaskImage, isSandboxEnvError, 
 import type { AgentLauncher, Task } from "../tasks/index.ts";
 import type { RolloutEvents } from "./events.ts";
 import type { DockerHosts } from "./hosts.ts";
+import type { RunJournal } from "./journal.ts";
 import type { RolloutRunner } from "./runner.ts";
 import { mayStartRollout, staleAtShip, type StalenessBound } from "./staleness.ts";
 import { buildTrajectory, type SessionRecords } from "./trajectory.ts";
@@ -47,6 +48,8 @@ export interface WorkerResult {
   trajectoriesShipped: number;
   /** Rollouts that stayed env_error after every attempt (not shipped). */
   droppedEnvErrors: number;
+  /** Groups a killed earlier process of this run had shipped (skipped on resume; journal.ts). */
+  groupsShippedBefore: number;
 }
 
 const NO_SESSION: SessionRecords = { segments: [], toolCalls: 0, rereadsAfterEdit: 0, rolledBackTurns: 0 };
@@ -54,14 +57,14 @@ const safe = (s: string) => s.replace(/[^A-Za-z0-9_.-]+/g, "_");
 
 export async function runWorkerLoop(
   tasks: readonly Task[],
-  deps: { runner: RolloutRunner; launcher: AgentLauncher; sink: TrajectorySink; events: RolloutEvents; hosts?: DockerHosts },
+  deps: { runner: RolloutRunner; launcher: AgentLauncher; sink: TrajectorySink; events: RolloutEvents; hosts?: DockerHosts; journal?: RunJournal },
   opts: WorkerLoopOptions,
 ): Promise<WorkerResult> {
   const { runner, launcher, sink, events } = deps;
   const log = opts.log ?? (() => {});
   const backoffMs = opts.retryBackoffMs ?? DEFAULT_RETRY_BACKOFF_MS;
   const limit = new ConcurrencyLimit(opts.concurrency);
-  const result: WorkerResult = { groupsShipped: 0, trajectoriesShipped: 0, droppedEnvErrors: 0 };
+  const result: WorkerResult = { groupsShipped: 0, trajectoriesShipped: 0, droppedEnvErrors: 0, groupsShippedBefore: 0 };
   // With several Docker hosts each host gets its images on first use (hosts.ts); else the process's daemon, now.
   const base = deps.hosts ? null : await ensureBaseImage(undefined, log);
   const images = new Map<string, Promise<string>>();
@@ -142,6 +145,11 @@ export async function runWorkerLoop(
   };
 
   const group = async (task: Task, index: number): Promise<void> => {
+    // Resuming a killed run: what it shipped is in the spool or at the trainer already.
+    if (deps.journal?.isShipped(index)) {
+      result.groupsShippedBefore += 1;
+      return;
+    }
     await waitUntilFresh(sink, events, opts);
     const groupId = `${opts.runId}-g${index}-${safe(task.id)}`;
     const def = await task.definition();
@@ -152,7 +160,8 @@ export async function runWorkerLoop(
     for (const s of staleAtShip(opts.staleness, graded, sink.policyVersion?.version ?? null)) {
       events.emit({ kind: "over_staleness_bound", groupId, ...s, maxStaleness: opts.staleness.maxStaleness! });
     }
-    if (graded.length) await sink.send(graded, opts.routing);
+    const send = async () => void (graded.length ? await sink.send(graded, opts.routing) : undefined);
+    await (deps.journal ? deps.journal.ship(index, groupId, graded.length, send) : send());
     result.groupsShipped += graded.length ? 1 : 0;
     result.trajectoriesShipped += graded.length;
     result.droppedEnvErrors += dropped;
