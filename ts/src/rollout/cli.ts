@@ -8,6 +8,7 @@ import type { Argv } from "yargs";
 import type { LegoCommand } from "../lego-command.ts";
 import { defaultTasksConfig, emptyAgent, harnessLauncher, openTaskSource, oracleAgent, type AgentLauncher } from "../tasks/index.ts";
 import { PolicyEngineError } from "../harness/index.ts";
+import { sandboxHost } from "../sandbox/index.ts";
 import { Sender } from "../transport/index.ts";
 import { WorkerConfigError, buildWorkerConfig, readWorkerConfigFile, type WorkerConfig } from "./config.ts";
 import { RolloutEvents } from "./events.ts";
@@ -22,7 +23,7 @@ async function launcherFor(cfg: WorkerConfig): Promise<AgentLauncher> {
   if (cfg.harness === "empty") return emptyAgent;
   return harnessLauncher({
     harness: cfg.harness, engine: cfg.engine!, modelDir: cfg.modelDir,
-    sampling: { temperature: cfg.temperature, maxTokensPerTurn: cfg.maxTokensPerTurn }, limits: { maxTurns: cfg.maxTurns },
+    sampling: { temperature: cfg.temperature, maxTokensPerTurn: cfg.maxTokensPerTurn }, limits: { maxTurns: cfg.maxTurns }, engineWaitMs: cfg.engineWaitMs,
   });
 }
 
@@ -87,6 +88,7 @@ export const rolloutCommand: LegoCommand = {
       .option("model-dir", { type: "string", describe: "with an engine address: the model directory the engine serves (tokenizer, chat template)" })
       .option("temperature", { type: "number", describe: "with an engine address: sampling temperature of every turn (default 1)" })
       .option("max-tokens-per-turn", { type: "number", describe: "with an engine address: completion tokens per turn at most (default 2048)" })
+      .option("engine-wait-ms", { type: "number", describe: "with an engine address: how long a turn waits for an engine that is away before the rollout ends env_error (default 60000)" })
       .option("max-turns", { type: "number", describe: "the harness's model calls per rollout at most (default 30)" })
       .option("group-size", { type: "number", describe: "rollouts per task (default 4)" })
       .option("concurrency", { type: "number", describe: "rollouts in flight (default 4)" })
@@ -100,7 +102,7 @@ export const rolloutCommand: LegoCommand = {
       .option("docker-host", { type: "string", array: true, describe: "a Docker endpoint to spread sandboxes over (unix:///PATH, tcp://HOST:PORT, ssh://USER@HOST, optionally =SLOTS); repeatable" }),
   handler: async (a) => {
     try {
-      await runRollout(configFrom(a), { tty: process.stdout.isTTY === true, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) }, { sshAgent: process.env.SSH_AUTH_SOCK });
+      await runRollout(configFrom(a), { tty: process.stdout.isTTY === true, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) }, { sshAgent: sandboxHost().sshAgent ?? undefined });
     } catch (e) {
       // A bad flag or config file is the operator's to fix: say which, without a stack trace.
       if (!(e instanceof WorkerConfigError || e instanceof PolicyEngineError)) throw e;
@@ -114,7 +116,7 @@ export const rolloutCommand: LegoCommand = {
 function configFrom(a: Record<string, any>): WorkerConfig {
   const file = a.config ? readWorkerConfigFile(a.config as string) : {};
   return buildWorkerConfig(file, {
-    tasks: a.tasks, harness: a.harness, engine: a.engine, modelDir: a["model-dir"], temperature: a.temperature, maxTokensPerTurn: a["max-tokens-per-turn"], maxTurns: a["max-turns"], groupSize: a["group-size"], concurrency: a.concurrency, trainer: a.trainer,
+    tasks: a.tasks, harness: a.harness, engine: a.engine, modelDir: a["model-dir"], temperature: a.temperature, maxTokensPerTurn: a["max-tokens-per-turn"], engineWaitMs: a["engine-wait-ms"], maxTurns: a["max-turns"], groupSize: a["group-size"], concurrency: a.concurrency, trainer: a.trainer,
     maxStaleness: a["max-staleness"], maxAttempts: a["max-attempts"], warmPool: a["warm-pool"], spoolDir: a["spool-dir"], producerId: a["producer-id"], limit: a.limit, dockerHosts: a["docker-host"],
   } as Partial<WorkerConfig>);
 }

@@ -21,6 +21,11 @@ export interface WorkerConfig {
   temperature: number;
   /** With an engine address: completion tokens per turn at most. */
   maxTokensPerTurn: number;
+  /**
+   * With an engine address: how long a turn waits for an engine that is away (restarting, stopped) before it
+   * fails and the rollout ends env_error engine_unreachable (retried). Keep it below the agent-stage timeout.
+   */
+  engineWaitMs: number;
   /** The harness's model calls per rollout at most. */
   maxTurns: number;
   /** Rollouts per task; a group ships when all of them are final. */
@@ -57,6 +62,7 @@ export const DEFAULT_WORKER_CONFIG: Omit<WorkerConfig, "tasks" | "harness" | "tr
   modelDir: null,
   temperature: 1,
   maxTokensPerTurn: 2048,
+  engineWaitMs: 60_000,
   maxTurns: 30,
   groupSize: 4,
   concurrency: 4,
@@ -83,6 +89,7 @@ const FIELDS: Record<string, { key: keyof WorkerConfig; kind: "string" | "int" |
   model_dir: { key: "modelDir", kind: "string?" },
   temperature: { key: "temperature", kind: "number" },
   max_tokens_per_turn: { key: "maxTokensPerTurn", kind: "int" },
+  engine_wait_ms: { key: "engineWaitMs", kind: "int" },
   max_turns: { key: "maxTurns", kind: "int" },
   group_size: { key: "groupSize", kind: "int" },
   concurrency: { key: "concurrency", kind: "int" },
@@ -124,7 +131,7 @@ export function buildWorkerConfig(file: Partial<WorkerConfig>, flags: Partial<Wo
   const defined = Object.fromEntries(Object.entries(flags).filter(([, v]) => v !== undefined));
   const cfg = { ...DEFAULT_WORKER_CONFIG, ...file, ...defined } as WorkerConfig;
   for (const k of ["tasks", "harness", "trainer"] as const) if (!cfg[k]) throw new WorkerConfigError(`${k} is required (flag --${k} or key ${k} in the config file)`);
-  const positive = { groupSize: "group-size", concurrency: "concurrency", maxAttempts: "max-attempts", maxTokensPerTurn: "max-tokens-per-turn", maxTurns: "max-turns" } as const;
+  const positive = { groupSize: "group-size", concurrency: "concurrency", maxAttempts: "max-attempts", maxTokensPerTurn: "max-tokens-per-turn", maxTurns: "max-turns", engineWaitMs: "engine-wait-ms" } as const;
   for (const [k, flag] of Object.entries(positive)) {
     const v = cfg[k as keyof typeof positive];
     if (!Number.isInteger(v) || v < 1) throw new WorkerConfigError(`--${flag} must be a positive integer, got ${v}`);
