@@ -152,6 +152,8 @@ export async function runWorkerLoop(
   const group = async (task: Task, index: number): Promise<void> => {
     // Resuming a killed run: what it shipped is in the spool or at the trainer already.
     if (deps.journal?.isShipped(index)) {
+      // Still drawn from a mixed launcher, so the groups that do run get the harness the killed process would have given them.
+      launcher.forGroup?.(`${opts.runId}-g${index}-${safe(task.id)}`);
       result.groupsShippedBefore += 1;
       return;
     }
