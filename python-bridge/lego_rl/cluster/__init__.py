@@ -6,6 +6,7 @@ The application is `python -m lego_rl.cluster.train` (train.py); its parts:
 
 from .engine_group import EngineReplica, start_engines
 from .engine_server_actor import EngineServerActor, EngineServerHost, start_engine_server
+from .rollout_fleet import RolloutWorkerActor, RolloutWorkerSpec, RolloutWorkerSupervisor, fleet_specs, start_rollout_fleet
 from .runtime import connect
 from .toy_source import ToyRolloutSource
 from .trainer_group import RayPolicy, TrainerGroup, TrainerRank
@@ -16,11 +17,16 @@ __all__ = [
     "EngineServerActor",
     "EngineServerHost",
     "RayPolicy",
+    "RolloutWorkerActor",
+    "RolloutWorkerSpec",
+    "RolloutWorkerSupervisor",
     "ToyRolloutSource",
     "TrainerGroup",
     "TrainerRank",
     "TransportActor",
     "connect",
+    "fleet_specs",
+    "start_rollout_fleet",
     "start_engine_server",
     "start_engines",
     "start_transport_actor",

@@ -118,7 +118,9 @@ interface InfoWaiter {
 
 export class ZmqEngine implements EngineClient {
   readonly name = "zmq";
-  private readonly socket = new Dealer({ linger: 0 });
+  // ZMTP heartbeats: an engine that stops answering without closing its connection (a stopped process,
+  // a host gone) is noticed within seconds, so requests in flight fail instead of hanging the turn.
+  private readonly socket = new Dealer({ linger: 0, heartbeatInterval: 1000, heartbeatTimeout: 5000 });
   private readonly streams = new Map<string, ReplyQueue>();
   private readonly infoWaiters: InfoWaiter[] = [];
   private sendTail: Promise<void> = Promise.resolve();

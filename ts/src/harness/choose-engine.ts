@@ -10,7 +10,7 @@ import { proxiedLauncher } from "./launcher.ts";
 import { DEFAULT_POLICY_SAMPLING, isEngineAddress, PolicyEngine, PolicyEngineError } from "./policy-engine.ts";
 import type { Harness } from "./types.ts";
 
-/** How long `lego eval` / `lego rollout` wait for the engine's first EngineInfo. */
+/** How long `lego eval` / `lego rollout` wait for the engine's EngineInfo, unless told (`--engine-wait-ms`). */
 const HELLO_TIMEOUT_MS = 60_000;
 
 export async function harnessLauncherFor(harness: Harness, tools: ToolNames, opts: HarnessOptions): Promise<AgentLauncher> {
@@ -24,7 +24,7 @@ export async function harnessLauncherFor(harness: Harness, tools: ToolNames, opt
       throw new PolicyEngineError(`--model-dir ${opts.modelDir}: ${(e as Error).message}`, { cause: e });
     }
     const sampling = opts.sampling ?? DEFAULT_POLICY_SAMPLING;
-    const policy = await PolicyEngine.connect({ address: engine, sampling, helloTimeoutMs: HELLO_TIMEOUT_MS }, model);
+    const policy = await PolicyEngine.connect({ address: engine, sampling, helloTimeoutMs: opts.engineWaitMs ?? HELLO_TIMEOUT_MS }, model);
     return proxiedLauncher({ harness, engineName: "zmq", policy, model, maxTokens: sampling.maxTokensPerTurn, ...(opts.limits ? { limits: opts.limits } : {}) });
   }
   if (!(ENGINES as readonly string[]).includes(engine))

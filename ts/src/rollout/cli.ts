@@ -4,14 +4,16 @@
  * progress and events are JSON lines on stdout when it is not a terminal,
  * human lines on stderr when it is; the last stdout line is the summary.
  */
-import { randomBytes } from "node:crypto";
 import type { Argv } from "yargs";
 import type { LegoCommand } from "../lego-command.ts";
 import { defaultTasksConfig, emptyAgent, harnessLauncher, openTaskSource, oracleAgent, type AgentLauncher } from "../tasks/index.ts";
 import { PolicyEngineError } from "../harness/index.ts";
+import { sandboxHost } from "../sandbox/index.ts";
 import { Sender } from "../transport/index.ts";
 import { WorkerConfigError, buildWorkerConfig, readWorkerConfigFile, type WorkerConfig } from "./config.ts";
 import { RolloutEvents } from "./events.ts";
+import { DockerHosts, parseDockerHostSpec } from "./hosts.ts";
+import { RunJournal, runFingerprint } from "./journal.ts";
 import { mixedLauncher, parseHarnessMix, type HarnessShare } from "./harness-mix.ts";
 import { RolloutRunner } from "./runner.ts";
 import { ProgressView } from "./progress.ts";
@@ -23,7 +25,7 @@ async function singleLauncher(cfg: WorkerConfig, harness: string): Promise<Agent
   if (harness === "empty") return emptyAgent;
   return harnessLauncher({
     harness, engine: cfg.engine!, modelDir: cfg.modelDir,
-    sampling: { temperature: cfg.temperature, maxTokensPerTurn: cfg.maxTokensPerTurn }, limits: { maxTurns: cfg.maxTurns },
+    sampling: { temperature: cfg.temperature, maxTokensPerTurn: cfg.maxTokensPerTurn }, limits: { maxTurns: cfg.maxTurns }, engineWaitMs: cfg.engineWaitMs,
   });
 }
 
@@ -41,9 +43,14 @@ async function launcherFor(cfg: WorkerConfig): Promise<AgentLauncher> {
 }
 
 /** Runs the worker with a built config; returns the summary (also printed). */
-export async function runRollout(cfg: WorkerConfig, io: { tty: boolean; out: (s: string) => void; err: (s: string) => void; progress?: NodeJS.WritableStream }) {
+export async function runRollout(
+  cfg: WorkerConfig, io: { tty: boolean; out: (s: string) => void; err: (s: string) => void; progress?: NodeJS.WritableStream }, env: { sshAgent?: string } = {},
+) {
   const { tasks: all } = await openTaskSource(cfg.tasks, defaultTasksConfig());
   const tasks = cfg.limit ? all.slice(0, cfg.limit) : all;
+  // The run's identity and what it shipped survive a kill (journal.ts): a restart resumes the same run.
+  const journal = RunJournal.open(cfg.spoolDir, runFingerprint({ producerId: cfg.producerId, harness: cfg.harness, groupSize: cfg.groupSize, taskIds: tasks.map((t) => t.id) }), cfg.producerId);
+  if (journal.resumed) io.err(`resuming run ${journal.runId}: ${journal.shippedBefore} of ${tasks.length} groups shipped before\n`);
   const launcher = await launcherFor(cfg);
   // Without the engine's version the bound cannot be checked; refusing beats pausing forever or ignoring it.
   if (cfg.maxStaleness !== null && !launcher.samplingVersion) {
@@ -57,25 +64,38 @@ export async function runRollout(cfg: WorkerConfig, io: { tty: boolean; out: (s:
   const err = progress ? (s: string) => progress.log(s) : io.err;
   if (!io.tty) jsonLines(events, io.out);
   else if (!progress) events.subscribe((e) => e.kind === "group_shipped" && io.err(`group ${e.groupId}: ${e.trajectories} shipped, ${e.droppedEnvErrors} dropped\n`));
-  // Ids are unique per run, so a restarted worker never collides with what it shipped before.
-  const runId = `${cfg.producerId}-${Date.now().toString(36)}${randomBytes(2).toString("hex")}`;
-  const sender = new Sender({ address: cfg.trainer, spoolDir: cfg.spoolDir, producerId: cfg.producerId });
-  const runner = await RolloutRunner.create({ ...launcher.runner, concurrency: cfg.concurrency, warmPoolSize: cfg.warmPool, maxAttempts: 1 });
+  const runId = journal.runId;
+  const sender = new Sender({
+    address: cfg.trainer, spoolDir: cfg.spoolDir, producerId: cfg.producerId,
+    onEvent: (e) => e.type === "spooled" && journal.onSpooled(e.batch_id),
+  });
+  const runnerCfg = { ...launcher.runner, concurrency: cfg.concurrency, warmPoolSize: cfg.warmPool, maxAttempts: 1 };
+  // Several hosts: each is reaped when opened (the process's own daemon may not be one of them).
+  const hosts = cfg.dockerHosts.length
+    ? await DockerHosts.open(cfg.dockerHosts.map(parseDockerHostSpec), { defaultSlots: cfg.concurrency, events, log: (l) => err(`${l}\n`), sshAgent: env.sshAgent })
+    : undefined;
+  const runner = hosts ? new RolloutRunner(runnerCfg) : await RolloutRunner.create(runnerCfg);
   let result;
+  let unsweptHosts: string[] = [];
   try {
-    result = await runWorkerLoop(tasks, { runner, launcher, sink: sender, events }, {
+    result = await runWorkerLoop(tasks, { runner, launcher, sink: sender, events, journal, ...(hosts ? { hosts } : {}) }, {
       groupSize: cfg.groupSize, concurrency: cfg.concurrency, maxAttempts: cfg.maxAttempts, runId, routing: launcher.routing ?? null,
       staleness: { maxStaleness: cfg.maxStaleness }, lengthPolicy: { maxSequenceTokens: cfg.maxSequenceTokens, overLength: cfg.overLength }, samplingVersion: launcher.samplingVersion?.bind(launcher), log: (l) => err(`${l}\n`),
     });
     await sender.drain(cfg.drainTimeoutMs);
+    journal.finish();
   } finally {
     progress?.stop();
     await runner.close();
+    if (hosts) unsweptHosts = (await hosts.close(cfg.lostHostWaitMs)).unswept;
     await launcher.close?.();
     await sender.close();
   }
   // The run's settings ride along, so a summary says how it was produced.
-  const summary = { ...collector.summary(), runId, sender: sender.stats(), listenerErrors: events.listenerErrors.length, config: cfg };
+  const summary = {
+    ...collector.summary(), runId, sender: sender.stats(), listenerErrors: events.listenerErrors.length, config: cfg,
+    resumed: journal.resumed, ...(hosts ? { unsweptHosts } : {}),
+  };
   if (io.tty) io.err(`${formatSummary(summary)}\n`);
   io.out(`${JSON.stringify({ event: "summary", ...summary, result })}\n`);
   return summary;
@@ -93,6 +113,7 @@ export const rolloutCommand: LegoCommand = {
       .option("model-dir", { type: "string", describe: "with an engine address: the model directory the engine serves (tokenizer, chat template)" })
       .option("temperature", { type: "number", describe: "with an engine address: sampling temperature of every turn (default 1)" })
       .option("max-tokens-per-turn", { type: "number", describe: "with an engine address: completion tokens per turn at most (default 2048)" })
+      .option("engine-wait-ms", { type: "number", describe: "with an engine address: how long a turn waits for an engine that is away before the rollout ends env_error (default 60000)" })
       .option("max-turns", { type: "number", describe: "the harness's model calls per rollout at most (default 30)" })
       .option("group-size", { type: "number", describe: "rollouts per task (default 4)" })
       .option("concurrency", { type: "number", describe: "rollouts in flight (default 4)" })
@@ -104,13 +125,14 @@ export const rolloutCommand: LegoCommand = {
       .option("producer-id", { type: "string", describe: "this worker's stable name" })
       .option("limit", { type: "number", describe: "only the first N tasks" })
       .option("max-sequence-tokens", { type: "number", describe: "the trainer's maximum sequence (tokens per segment); longer trajectories meet --over-length" })
-      .option("over-length", { type: "string", describe: "drop (default; logged with the reason) or truncate (segments and their loss mask cut to the bound)" }),
+      .option("over-length", { type: "string", describe: "drop (default; logged with the reason) or truncate (segments and their loss mask cut to the bound)" })
+      .option("docker-host", { type: "string", array: true, describe: "a Docker endpoint to spread sandboxes over (unix:///PATH, tcp://HOST:PORT, ssh://USER@HOST, optionally =SLOTS); repeatable" }),
   handler: async (a) => {
     try {
       await runRollout(configFrom(a), {
         tty: process.stdout.isTTY === true, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s),
         ...(process.stderr.isTTY ? { progress: process.stderr } : {}),
-      });
+      }, { sshAgent: sandboxHost().sshAgent ?? undefined });
     } catch (e) {
       // A bad flag or config file is the operator's to fix: say which, without a stack trace.
       if (!(e instanceof WorkerConfigError || e instanceof PolicyEngineError)) throw e;
@@ -124,8 +146,8 @@ export const rolloutCommand: LegoCommand = {
 function configFrom(a: Record<string, any>): WorkerConfig {
   const file = a.config ? readWorkerConfigFile(a.config as string) : {};
   return buildWorkerConfig(file, {
-    tasks: a.tasks, harness: a.harness, engine: a.engine, modelDir: a["model-dir"], temperature: a.temperature, maxTokensPerTurn: a["max-tokens-per-turn"], maxTurns: a["max-turns"], groupSize: a["group-size"], concurrency: a.concurrency, trainer: a.trainer,
-    maxStaleness: a["max-staleness"], maxAttempts: a["max-attempts"], warmPool: a["warm-pool"], spoolDir: a["spool-dir"], producerId: a["producer-id"], limit: a.limit,
+    tasks: a.tasks, harness: a.harness, engine: a.engine, modelDir: a["model-dir"], temperature: a.temperature, maxTokensPerTurn: a["max-tokens-per-turn"], engineWaitMs: a["engine-wait-ms"], maxTurns: a["max-turns"], groupSize: a["group-size"], concurrency: a.concurrency, trainer: a.trainer,
+    maxStaleness: a["max-staleness"], maxAttempts: a["max-attempts"], warmPool: a["warm-pool"], spoolDir: a["spool-dir"], producerId: a["producer-id"], limit: a.limit, dockerHosts: a["docker-host"],
     maxSequenceTokens: a["max-sequence-tokens"], overLength: a["over-length"],
   } as Partial<WorkerConfig>);
 }

@@ -5,6 +5,8 @@
  */
 import { readFileSync } from "node:fs";
 import { parse } from "smol-toml";
+import { dockerEndpoint } from "../sandbox/index.ts";
+import { parseDockerHostSpec } from "./hosts.ts";
 import { harnessMixSpec, parseHarnessMix } from "./harness-mix.ts";
 import { OVER_LENGTH_POLICIES, type OverLengthPolicy } from "./over-length.ts";
 
@@ -21,6 +23,11 @@ export interface WorkerConfig {
   temperature: number;
   /** With an engine address: completion tokens per turn at most. */
   maxTokensPerTurn: number;
+  /**
+   * With an engine address: how long a turn waits for an engine that is away (restarting, stopped) before it
+   * fails and the rollout ends env_error engine_unreachable (retried). Keep it below the agent-stage timeout.
+   */
+  engineWaitMs: number;
   /** The harness's model calls per rollout at most. */
   maxTurns: number;
   /** Rollouts per task; a group ships when all of them are final. */
@@ -43,6 +50,13 @@ export interface WorkerConfig {
   drainTimeoutMs: number;
   /** Only the first N tasks (0 = all). */
   limit: number;
+  /**
+   * Docker endpoints sandboxes are spread over (`unix:///PATH`, `tcp://HOST:PORT`, `ssh://USER@HOST`,
+   * each optionally `=SLOTS`); empty = the process's one daemon (DOCKER_HOST or the default socket).
+   */
+  dockerHosts: string[];
+  /** At the end, how long the worker waits for a lost Docker host to answer so it can remove its containers there. */
+  lostHostWaitMs: number;
   /** The trainer's maximum sequence (tokens per segment, one forward pass); null = no bound. */
   maxSequenceTokens: number | null;
   /** What happens to a trajectory over that bound: `drop` (with the reason logged) or `truncate` (loss mask cut with it). */
@@ -54,6 +68,7 @@ export const DEFAULT_WORKER_CONFIG: Omit<WorkerConfig, "tasks" | "harness" | "tr
   modelDir: null,
   temperature: 1,
   maxTokensPerTurn: 2048,
+  engineWaitMs: 60_000,
   maxTurns: 30,
   groupSize: 4,
   concurrency: 4,
@@ -64,6 +79,8 @@ export const DEFAULT_WORKER_CONFIG: Omit<WorkerConfig, "tasks" | "harness" | "tr
   producerId: "rollout",
   drainTimeoutMs: 120_000,
   limit: 0,
+  dockerHosts: [],
+  lostHostWaitMs: 10_000,
   maxSequenceTokens: null,
   overLength: "drop",
 };
@@ -73,13 +90,14 @@ export class WorkerConfigError extends Error {
 }
 
 /** TOML key → field, with the value's kind. */
-const FIELDS: Record<string, { key: keyof WorkerConfig; kind: "string" | "int" | "int?" | "string?" | "number" | "mix" }> = {
+const FIELDS: Record<string, { key: keyof WorkerConfig; kind: "string" | "int" | "int?" | "string?" | "number" | "string[]" | "mix" }> = {
   tasks: { key: "tasks", kind: "string" },
   harness: { key: "harness", kind: "mix" },
   engine: { key: "engine", kind: "string?" },
   model_dir: { key: "modelDir", kind: "string?" },
   temperature: { key: "temperature", kind: "number" },
   max_tokens_per_turn: { key: "maxTokensPerTurn", kind: "int" },
+  engine_wait_ms: { key: "engineWaitMs", kind: "int" },
   max_turns: { key: "maxTurns", kind: "int" },
   group_size: { key: "groupSize", kind: "int" },
   concurrency: { key: "concurrency", kind: "int" },
@@ -91,6 +109,8 @@ const FIELDS: Record<string, { key: keyof WorkerConfig; kind: "string" | "int" |
   producer_id: { key: "producerId", kind: "string" },
   drain_timeout_ms: { key: "drainTimeoutMs", kind: "int" },
   limit: { key: "limit", kind: "int" },
+  docker_hosts: { key: "dockerHosts", kind: "string[]" },
+  lost_host_wait_ms: { key: "lostHostWaitMs", kind: "int" },
   max_sequence_tokens: { key: "maxSequenceTokens", kind: "int?" },
   over_length: { key: "overLength", kind: "string" },
 };
@@ -116,8 +136,10 @@ export function readWorkerConfigFile(file: string): Partial<WorkerConfig> {
       }
       continue;
     }
-    const ok = f.kind === "number" ? typeof v === "number" : f.kind.startsWith("int") ? Number.isInteger(v) : typeof v === "string";
-    if (!ok) throw new WorkerConfigError(`${file}: ${k} must be ${f.kind === "number" ? "a number" : f.kind.startsWith("int") ? "an integer" : "a string"}, got ${JSON.stringify(v)}`);
+    const ok = f.kind === "number" ? typeof v === "number" : f.kind.startsWith("int") ? Number.isInteger(v)
+      : f.kind === "string[]" ? Array.isArray(v) && v.every((x) => typeof x === "string") : typeof v === "string";
+    const want = f.kind === "number" ? "a number" : f.kind.startsWith("int") ? "an integer" : f.kind === "string[]" ? "a list of strings" : "a string";
+    if (!ok) throw new WorkerConfigError(`${file}: ${k} must be ${want}, got ${JSON.stringify(v)}`);
     out[f.key] = v;
   }
   return out as Partial<WorkerConfig>;
@@ -128,7 +150,7 @@ export function buildWorkerConfig(file: Partial<WorkerConfig>, flags: Partial<Wo
   const defined = Object.fromEntries(Object.entries(flags).filter(([, v]) => v !== undefined));
   const cfg = { ...DEFAULT_WORKER_CONFIG, ...file, ...defined } as WorkerConfig;
   for (const k of ["tasks", "harness", "trainer"] as const) if (!cfg[k]) throw new WorkerConfigError(`${k} is required (flag --${k} or key ${k} in the config file)`);
-  const positive = { groupSize: "group-size", concurrency: "concurrency", maxAttempts: "max-attempts", maxTokensPerTurn: "max-tokens-per-turn", maxTurns: "max-turns" } as const;
+  const positive = { groupSize: "group-size", concurrency: "concurrency", maxAttempts: "max-attempts", maxTokensPerTurn: "max-tokens-per-turn", maxTurns: "max-turns", engineWaitMs: "engine-wait-ms" } as const;
   for (const [k, flag] of Object.entries(positive)) {
     const v = cfg[k as keyof typeof positive];
     if (!Number.isInteger(v) || v < 1) throw new WorkerConfigError(`--${flag} must be a positive integer, got ${v}`);
@@ -147,6 +169,15 @@ export function buildWorkerConfig(file: Partial<WorkerConfig>, flags: Partial<Wo
   if (proxied.length && !cfg.engine) throw new WorkerConfigError(`--harness ${proxied.map((h) => h.name).join(", ")} needs --engine`);
   if (!(typeof cfg.temperature === "number" && cfg.temperature > 0)) throw new WorkerConfigError(`--temperature must be > 0, got ${cfg.temperature}`);
   // A real engine's address needs the model it serves: the proxy tokenizes with it.
+  for (const h of cfg.dockerHosts) {
+    try {
+      dockerEndpoint(parseDockerHostSpec(h).endpoint);
+    } catch (e) {
+      throw new WorkerConfigError(`--docker-host: ${(e as Error).message}`);
+    }
+  }
+  if (new Set(cfg.dockerHosts).size !== cfg.dockerHosts.length) throw new WorkerConfigError(`--docker-host given twice: ${cfg.dockerHosts.join(", ")}`);
+  if (!Number.isInteger(cfg.lostHostWaitMs) || cfg.lostHostWaitMs < 0) throw new WorkerConfigError(`lost_host_wait_ms must be a non-negative integer, got ${cfg.lostHostWaitMs}`);
   if (cfg.engine && /^(tcp|ipc):\/\//.test(cfg.engine) && !cfg.modelDir) throw new WorkerConfigError(`--engine ${cfg.engine} needs --model-dir (the model directory the engine serves)`);
   return cfg;
 }

@@ -13,7 +13,11 @@ export type RolloutEvent =
   | { kind: "over_length"; groupId: string; trajectoryId: string; tokens: number; limit: number; action: "dropped" | "truncated"; reason: string }
   | { kind: "paused_for_staleness"; policyVersion: number; trainerVersion: number; maxStaleness: number }
   | { kind: "resumed"; policyVersion: number; trainerVersion: number }
-  | { kind: "over_staleness_bound"; groupId: string; trajectoryId: string; oldestVersion: number; trainerVersion: number; maxStaleness: number };
+  | { kind: "over_staleness_bound"; groupId: string; trajectoryId: string; oldestVersion: number; trainerVersion: number; maxStaleness: number }
+  // Several Docker hosts (hosts.ts): an attempt (`TRAJECTORY.ATTEMPT`) placed on a host; a host stopped answering, or answers again after `downS`.
+  | { kind: "rollout_placed"; rolloutId: string; host: string }
+  | { kind: "docker_host_lost"; host: string; error: string }
+  | { kind: "docker_host_back"; host: string; downS: number };
 
 export type RolloutEventKind = RolloutEvent["kind"];
 type Listener = (event: RolloutEvent & { at: number }) => void;

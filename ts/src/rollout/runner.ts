@@ -12,6 +12,7 @@ import {
   runStages,
   Sandbox,
   WarmPool,
+  currentDockerEndpoint,
   type RolloutOutcome,
   type RolloutRequest,
   type RuntimeMount,
@@ -122,25 +123,32 @@ export class RolloutRunner implements SandboxSource {
     return AgentSandbox.start({ image, rolloutId, limits: this.config.limits, runtimes: this.config.runtimes });
   }
 
+  /** Pools are per Docker host (the scope the rollout was placed in) and image. */
+  private poolKey(image: string): string {
+    return `${currentDockerEndpoint()?.name ?? ""}\0${image}`;
+  }
+
   private agentPool(image: string): WarmPool<AgentSandbox> {
-    let pool = this.agentPools.get(image);
+    const key = this.poolKey(image);
+    let pool = this.agentPools.get(key);
     if (!pool) {
       // Pool containers are labelled rollout "pool"; the run label still ties them to this run.
       pool = new WarmPool(() => this.startAgent(image, "pool"), (b) => b.remove(), { size: this.config.warmPoolSize, fillConcurrency: 1 }).start();
-      this.agentPools.set(image, pool);
+      this.agentPools.set(key, pool);
     }
     return pool;
   }
 
   private gradingPool(image: string): WarmPool<Sandbox> {
-    let pool = this.gradingPools.get(image);
+    const key = this.poolKey(image);
+    let pool = this.gradingPools.get(key);
     if (!pool) {
       pool = new WarmPool(
         () => Sandbox.start({ image, rolloutId: "pool", stage: "grading", limits: this.config.limits }),
         (b) => b.remove(),
         { size: this.config.warmPoolSize, fillConcurrency: 1 },
       ).start();
-      this.gradingPools.set(image, pool);
+      this.gradingPools.set(key, pool);
     }
     return pool;
   }

@@ -88,7 +88,7 @@ describe("worker faults: trainer restart", () => {
       await runner.close();
       await sender.close();
     }
-    expect(result).toEqual({ groupsShipped: 4, trajectoriesShipped: 8, droppedEnvErrors: 0 });
+    expect(result).toEqual({ groupsShipped: 4, trajectoriesShipped: 8, droppedEnvErrors: 0, groupsShippedBefore: 0 });
     // The outage was real: the sender saw the connection go and come back, and groups were spooled meanwhile.
     expect(senderEvents.filter((e) => e.type === "disconnected").length).toBeGreaterThanOrEqual(1);
     expect(senderEvents.filter((e) => e.type === "connected").length).toBeGreaterThanOrEqual(2);

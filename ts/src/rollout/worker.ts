@@ -11,6 +11,8 @@ import type { RoutingShape, Trajectory } from "../schema/index.ts";
 import { ConcurrencyLimit, ensureBaseImage, ensureTaskImage, isSandboxEnvError, type EnvErrorKind, type RolloutOutcome, type TaskDefinition } from "../sandbox/index.ts";
 import type { AgentLauncher, Task } from "../tasks/index.ts";
 import type { RolloutEvents } from "./events.ts";
+import type { DockerHosts } from "./hosts.ts";
+import type { RunJournal } from "./journal.ts";
 import type { RolloutRunner } from "./runner.ts";
 import { applyLengthPolicy, type LengthPolicy } from "./over-length.ts";
 import { mayStartRollout, staleAtShip, type StalenessBound } from "./staleness.ts";
@@ -49,6 +51,8 @@ export interface WorkerResult {
   trajectoriesShipped: number;
   /** Rollouts that stayed env_error after every attempt (not shipped). */
   droppedEnvErrors: number;
+  /** Groups a killed earlier process of this run had shipped (skipped on resume; journal.ts). */
+  groupsShippedBefore: number;
 }
 
 const NO_SESSION: SessionRecords = { segments: [], toolCalls: 0, rereadsAfterEdit: 0, rolledBackTurns: 0 };
@@ -56,21 +60,22 @@ const safe = (s: string) => s.replace(/[^A-Za-z0-9_.-]+/g, "_");
 
 export async function runWorkerLoop(
   tasks: readonly Task[],
-  deps: { runner: RolloutRunner; launcher: AgentLauncher; sink: TrajectorySink; events: RolloutEvents },
+  deps: { runner: RolloutRunner; launcher: AgentLauncher; sink: TrajectorySink; events: RolloutEvents; hosts?: DockerHosts; journal?: RunJournal },
   opts: WorkerLoopOptions,
 ): Promise<WorkerResult> {
   const { runner, launcher, sink, events } = deps;
   const log = opts.log ?? (() => {});
   const backoffMs = opts.retryBackoffMs ?? DEFAULT_RETRY_BACKOFF_MS;
   const limit = new ConcurrencyLimit(opts.concurrency);
-  const result: WorkerResult = { groupsShipped: 0, trajectoriesShipped: 0, droppedEnvErrors: 0 };
-  const base = await ensureBaseImage(undefined, log);
+  const result: WorkerResult = { groupsShipped: 0, trajectoriesShipped: 0, droppedEnvErrors: 0, groupsShippedBefore: 0 };
+  // With several Docker hosts each host gets its images on first use (hosts.ts); else the process's daemon, now.
+  const base = deps.hosts ? null : await ensureBaseImage(undefined, log);
   const images = new Map<string, Promise<string>>();
   const imageOf = (def: TaskDefinition) => {
     const key = `${def.environment.image ?? def.name}\0${def.environment.dir}`;
     if (!images.has(key)) {
       // A failed build is not remembered: the daemon may have been away for a moment, and the retry must try again.
-      const p = ensureTaskImage(def, base.tag, { log }).then((i) => i.tag);
+      const p = ensureTaskImage(def, base!.tag, { log }).then((i) => i.tag);
       p.catch(() => {
         if (images.get(key) === p) images.delete(key);
       });
@@ -105,10 +110,26 @@ export async function runWorkerLoop(
     return trajectory!;
   };
 
-  const attemptOnce = async (launcher: AgentLauncher, task: Task, def: TaskDefinition, rolloutId: string): Promise<{ outcome: RolloutOutcome; session: SessionRecords }> => {
+  type Attempt = { outcome: RolloutOutcome; session: SessionRecords };
+  const attemptOnce = (launcher: AgentLauncher, task: Task, def: TaskDefinition, rolloutId: string): Promise<Attempt> => {
+    const hosts = deps.hosts;
+    if (!hosts) return attemptOn(launcher, task, def, rolloutId, () => imageOf(def));
+    // Placed on the host with the most free slots; an env_error there makes it ping that host, so a
+    // lost host takes no new attempts and this rollout's retry lands on another.
+    return hosts.place(rolloutId, async (host) => {
+      const r = await attemptOn(launcher, task, def, rolloutId, () => hosts.taskImage(host, def));
+      if (r.outcome.status === "env_error") await hosts.suspect(host);
+      return r;
+    }).catch((e: unknown) => {
+      if (!isSandboxEnvError(e)) throw e;
+      return { outcome: envErrorOutcome(e.kind, e.message), session: NO_SESSION };
+    });
+  };
+
+  const attemptOn = async (launcher: AgentLauncher, task: Task, def: TaskDefinition, rolloutId: string, imageFor: () => Promise<string>): Promise<Attempt> => {
     let image: string;
     try {
-      image = await imageOf(def);
+      image = await imageFor();
     } catch (e) {
       // An unbuildable or quarantined image is the environment's failure; the group accounts for it.
       if (!isSandboxEnvError(e)) throw e;
@@ -129,6 +150,13 @@ export async function runWorkerLoop(
   };
 
   const group = async (task: Task, index: number): Promise<void> => {
+    // Resuming a killed run: what it shipped is in the spool or at the trainer already.
+    if (deps.journal?.isShipped(index)) {
+      // Still drawn from a mixed launcher, so the groups that do run get the harness the killed process would have given them.
+      launcher.forGroup?.(`${opts.runId}-g${index}-${safe(task.id)}`);
+      result.groupsShippedBefore += 1;
+      return;
+    }
     await waitUntilFresh(sink, events, opts);
     const groupId = `${opts.runId}-g${index}-${safe(task.id)}`;
     const def = await task.definition();
@@ -152,7 +180,8 @@ export async function runWorkerLoop(
     for (const s of staleAtShip(opts.staleness, graded, sink.policyVersion?.version ?? null)) {
       events.emit({ kind: "over_staleness_bound", groupId, ...s, maxStaleness: opts.staleness.maxStaleness! });
     }
-    if (graded.length) await sink.send(graded, opts.routing);
+    const send = async () => void (graded.length ? await sink.send(graded, opts.routing) : undefined);
+    await (deps.journal ? deps.journal.ship(index, groupId, graded.length, send) : send());
     result.groupsShipped += graded.length ? 1 : 0;
     result.trajectoriesShipped += graded.length;
     result.droppedEnvErrors += dropped;

@@ -1,12 +1,73 @@
 import Docker from "dockerode";
+import { AsyncLocalStorage } from "node:async_hooks";
 import { PassThrough, type Readable } from "node:stream";
 
 let shared: Docker | undefined;
 
-/** One dockerode client per process (DOCKER_HOST or the default socket). */
+/** A Docker daemon the sandbox talks to: its name (the endpoint as given) and its client. */
+export interface DockerEndpoint {
+  name: string;
+  docker: Docker;
+}
+
+const scope = new AsyncLocalStorage<DockerEndpoint>();
+
+/**
+ * The daemon of the current scope (see withDockerEndpoint), else one dockerode
+ * client per process (DOCKER_HOST or the default socket). Everything the
+ * sandbox does to a daemon goes through here, so a rollout placed on a host
+ * creates, builds, execs and removes on that host alone.
+ */
 export function dockerClient(): Docker {
+  const scoped = scope.getStore();
+  if (scoped) return scoped.docker;
   shared ??= new Docker();
   return shared;
+}
+
+/** The endpoint of the current scope, or undefined for the process's default daemon. */
+export function currentDockerEndpoint(): DockerEndpoint | undefined {
+  return scope.getStore();
+}
+
+/** Runs `fn` (and everything it starts, timers and promises included) against `endpoint`'s daemon. */
+export function withDockerEndpoint<T>(endpoint: DockerEndpoint, fn: () => Promise<T>): Promise<T> {
+  return scope.run(endpoint, fn);
+}
+
+/**
+ * A client for a Docker endpoint as dockerode supports it: `unix:///path` (or a
+ * bare absolute path), `tcp://HOST:PORT` (plain HTTP; TLS is not configured here)
+ * and `ssh://USER@HOST[:PORT]` (dockerode's ssh transport, authenticated by the
+ * given ssh-agent socket). Anything else is a clear error.
+ */
+export function dockerEndpoint(name: string, opts: { sshAgent?: string } = {}): DockerEndpoint {
+  if (name.startsWith("/")) return { name, docker: new Docker({ socketPath: name }) };
+  let url: URL;
+  try {
+    url = new URL(name);
+  } catch {
+    throw new Error(`docker host ${JSON.stringify(name)} is not unix:///PATH, tcp://HOST:PORT or ssh://USER@HOST`);
+  }
+  if (url.protocol === "unix:") {
+    if (!url.pathname || url.pathname === "/") throw new Error(`docker host ${name}: no socket path`);
+    return { name, docker: new Docker({ socketPath: url.pathname }) };
+  }
+  if (url.protocol === "tcp:") {
+    if (!url.hostname || !url.port) throw new Error(`docker host ${name}: tcp:// needs HOST:PORT`);
+    return { name, docker: new Docker({ host: url.hostname, port: Number(url.port), protocol: "http" }) };
+  }
+  if (url.protocol === "ssh:") {
+    if (!url.hostname) throw new Error(`docker host ${name}: ssh:// needs a host`);
+    return {
+      name,
+      docker: new Docker({
+        protocol: "ssh", host: url.hostname, port: url.port ? Number(url.port) : 22, username: url.username || undefined,
+        ...(opts.sshAgent ? { sshOptions: { agent: opts.sshAgent } } : {}),
+      } as Docker.DockerOptions),
+    };
+  }
+  throw new Error(`docker host ${name}: unsupported scheme ${url.protocol} (unix://, tcp://, ssh://)`);
 }
 
 /** Reads a stream fully into a Buffer; past `maxBytes` it stops and returns undefined. */

@@ -15,12 +15,15 @@ export interface SandboxHostSettings {
   readonly buildTmp: string;
   /** Run id labelled on this process's containers; null draws a fresh `run-XXXXXXXX`. */
   readonly runId: string | null;
+  /** ssh-agent socket for `ssh://` Docker endpoints (`--docker-host`); null: none. */
+  readonly sshAgent: string | null;
 }
 
 export const DEFAULT_SANDBOX_HOST: SandboxHostSettings = {
   stateDir: join(homedir(), ".cache/lego-rl/sandbox"),
   buildTmp: "/var/tmp",
   runId: null,
+  sshAgent: null,
 };
 
 let settings: SandboxHostSettings = DEFAULT_SANDBOX_HOST;
@@ -38,12 +41,13 @@ export function sandboxHost(): SandboxHostSettings {
 
 /**
  * The settings an entry point's environment names (LEGO_SANDBOX_STATE,
- * LEGO_BUILD_TMP, LEGO_RUN_ID); unset or empty variables keep the defaults.
+ * LEGO_BUILD_TMP, LEGO_RUN_ID, and SSH_AUTH_SOCK for ssh:// Docker hosts); unset or empty variables keep the defaults.
  */
 export function sandboxHostFromEnv(env: Readonly<Record<string, string | undefined>>): Partial<SandboxHostSettings> {
   const changes: { -readonly [K in keyof SandboxHostSettings]?: SandboxHostSettings[K] } = {};
   if (env["LEGO_SANDBOX_STATE"]) changes.stateDir = env["LEGO_SANDBOX_STATE"];
   if (env["LEGO_BUILD_TMP"]) changes.buildTmp = env["LEGO_BUILD_TMP"];
   if (env["LEGO_RUN_ID"]) changes.runId = env["LEGO_RUN_ID"];
+  if (env["SSH_AUTH_SOCK"]) changes.sshAgent = env["SSH_AUTH_SOCK"];
   return changes;
 }

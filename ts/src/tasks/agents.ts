@@ -51,6 +51,8 @@ export interface HarnessOptions {
   sampling?: { temperature: number; maxTokensPerTurn: number };
   /** The harness's own limits (model calls, agent-stage wall clock). */
   limits?: { maxTurns?: number; timeoutSec?: number };
+  /** With an engine address: how long a turn (and the first connection) waits for an engine that is away. */
+  engineWaitMs?: number;
 }
 
 export type HarnessFactory = (opts: HarnessOptions) => Promise<AgentLauncher>;

@@ -1,0 +1,191 @@
+"""The rollout fleet on Ray: one supervisor actor per node runs a `lego rollout` worker there.
+
+Each `RolloutWorkerSupervisor` starts `lego rollout ARGS` as a child process (its own
+process group), reads its JSON lines for health, and restarts it when it dies (any exit
+but 0: killed, crashed) with doubling back-off, up to `max_restarts`. A restart runs the
+same command line, so the same spool dir and producer id: the worker's run journal
+(ts/src/rollout/journal.ts) resumes its run, skipping the groups it shipped. Exit 0 means
+the run finished; the supervisor then stops restarting and keeps the summary.
+
+Rollout workers need Docker and the checkout on their node, not GPUs; the actor asks Ray
+for `cpus` (default 1) so that placement follows the nodes' CPU resources, and is pinned
+to its node (NodeAffinitySchedulingStrategy) so a Ray restart of the actor never moves a
+worker away from its Docker daemon and spool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+
+@dataclass(frozen=True)
+class RolloutWorkerSpec:
+    """What one supervisor runs: `LEGO rollout ARGS`, and how it restarts it."""
+
+    lego: str
+    args: tuple[str, ...]
+    max_restarts: int = 20
+    backoff_s: float = 1.0
+    max_backoff_s: float = 30.0
+    log_dir: str | None = None
+
+
+class RolloutWorkerSupervisor:
+    """Runs and restarts one `lego rollout` worker on this node; `health()` says how it is doing."""
+
+    def __init__(self, spec: RolloutWorkerSpec) -> None:
+        if spec.max_restarts < 0 or spec.backoff_s < 0:
+            raise ValueError("max_restarts and backoff_s must be >= 0")
+        self._spec = spec
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._proc: subprocess.Popen[str] | None = None
+        self._state = "starting"
+        self._restarts = 0
+        self._exits: list[int] = []
+        self._groups_shipped = 0
+        self._rollouts_finished = 0
+        self._last_line_at: float | None = None
+        self._summary: dict[str, Any] | None = None
+        self._started_at = time.time()
+        self._thread = threading.Thread(target=self._run, name="rollout-supervisor", daemon=True)
+        self._thread.start()
+
+    def health(self) -> dict[str, Any]:
+        """State (running, restarting, finished, failed, stopped), the child's pid, restarts, exit codes, progress."""
+        with self._lock:
+            proc = self._proc
+            return {
+                "node": ray.util.get_node_ip_address(),
+                "state": self._state,
+                "pid": proc.pid if proc is not None and proc.poll() is None else None,
+                "restarts": self._restarts,
+                "exit_codes": list(self._exits),
+                "groups_shipped": self._groups_shipped,
+                "rollouts_finished": self._rollouts_finished,
+                "seconds_since_last_line": None if self._last_line_at is None else time.time() - self._last_line_at,
+                "uptime_s": time.time() - self._started_at,
+                "summary": self._summary,
+            }
+
+    def wait(self, timeout_s: float) -> dict[str, Any]:
+        """Health once the worker finished, failed or was stopped, or after `timeout_s`."""
+        self._thread.join(timeout_s)
+        return self.health()
+
+    def stop(self) -> dict[str, Any]:
+        """Stops restarting and terminates the worker (SIGTERM to its process group)."""
+        self._stop.set()
+        with self._lock:
+            proc = self._proc
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        self._thread.join(60)
+        return self.health()
+
+    def _run(self) -> None:
+        backoff = self._spec.backoff_s
+        while not self._stop.is_set():
+            code = self._run_once()
+            with self._lock:
+                self._exits.append(code)
+                if self._stop.is_set():
+                    self._state = "stopped"
+                    return
+                if code == 0:
+                    self._state = "finished"
+                    return
+                if self._restarts >= self._spec.max_restarts:
+                    self._state = "failed"
+                    return
+                self._state = "restarting"
+                self._restarts += 1
+            # Back-off between restarts: a worker that dies at once (bad flags, Docker away) must not spin.
+            if self._stop.wait(backoff):
+                with self._lock:
+                    self._state = "stopped"
+                return
+            backoff = min(backoff * 2, self._spec.max_backoff_s)
+
+    def _run_once(self) -> int:
+        stderr: Any = subprocess.DEVNULL
+        if self._spec.log_dir:
+            Path(self._spec.log_dir).mkdir(parents=True, exist_ok=True)
+            stderr = open(Path(self._spec.log_dir) / f"rollout-{self._restarts}.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
+        try:
+            proc = subprocess.Popen([self._spec.lego, "rollout", *self._spec.args], stdout=subprocess.PIPE, stderr=stderr,
+                                    stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+        except OSError:
+            if stderr is not subprocess.DEVNULL:
+                stderr.close()
+            return 127
+        with self._lock:
+            self._proc = proc
+            self._state = "running"
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self._seen(line)
+        code = proc.wait()
+        if stderr is not subprocess.DEVNULL:
+            stderr.close()
+        return code
+
+    def _seen(self, line: str) -> None:
+        if not line.startswith("{"):
+            return
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            return
+        with self._lock:
+            self._last_line_at = time.time()
+            kind = event.get("event")
+            if kind == "group_shipped":
+                self._groups_shipped += 1
+            elif kind == "rollout_finished":
+                self._rollouts_finished += 1
+            elif kind == "summary":
+                self._summary = event
+
+
+# Threaded, so health() answers while wait() blocks.
+RolloutWorkerActor = ray.remote(max_concurrency=4)(RolloutWorkerSupervisor)
+
+
+def start_rollout_fleet(specs: dict[str, RolloutWorkerSpec], *, cpus: float = 1) -> dict[str, Any]:
+    """One supervisor per node: `specs` maps a Ray node id to what runs there; returns node id -> actor handle."""
+    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    unknown = set(specs) - alive
+    if unknown:
+        raise ValueError(f"no live Ray node with id {sorted(unknown)}")
+    return {
+        node: RolloutWorkerActor.options(
+            num_cpus=cpus, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
+        ).remote(spec)
+        for node, spec in specs.items()
+    }
+
+
+def fleet_specs(lego: str, args: list[str], *, producer_id: str, spool_root: str, nodes: list[str] | None = None,
+                **spec_options: Any) -> dict[str, RolloutWorkerSpec]:
+    """The same `lego rollout` command on every (or the given) live node, each with its own producer id and spool."""
+    node_ids = nodes if nodes is not None else sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+    return {
+        node: RolloutWorkerSpec(
+            lego=lego,
+            args=(*args, "--producer-id", f"{producer_id}-{i}", "--spool-dir", str(Path(spool_root) / f"{producer_id}-{i}")),
+            **spec_options,
+        )
+        for i, node in enumerate(node_ids)
+    }
