@@ -15,12 +15,18 @@ export interface SandboxHostSettings {
   readonly buildTmp: string;
   /** Run id labelled on this process's containers; null draws a fresh `run-XXXXXXXX`. */
   readonly runId: string | null;
+  /**
+   * Quota filesystems kept ready per quota size (quota-pool.ts), so a start
+   * does not make its own; 0 makes each one in place at start.
+   */
+  readonly quotaPoolSize: number;
 }
 
 export const DEFAULT_SANDBOX_HOST: SandboxHostSettings = {
   stateDir: join(homedir(), ".cache/lego-rl/sandbox"),
   buildTmp: "/var/tmp",
   runId: null,
+  quotaPoolSize: 4,
 };
 
 let settings: SandboxHostSettings = DEFAULT_SANDBOX_HOST;

@@ -15,6 +15,7 @@ export { runStages, type AgentProgram, type RolloutRequest, type SandboxSource, 
 export { DEFAULT_PROTECTED_PATHS, ProtectedPaths } from "./protected-paths.ts";
 export { FORWARDER_PORT } from "./proxy-route.ts";
 export { reapDeadRuns, removeRolloutContainers } from "./reaper.ts";
+export { drainQuotaPools, warmQuotaPool } from "./quota-pool.ts";
 export { collectImages, type ImageGcPolicy } from "./image-gc.ts";
 export { checkTask, oracleProgram, type TaskCheck } from "./check.ts";
 export { sandboxCommand } from "./cli.ts";
