@@ -18,6 +18,7 @@ import { benchFlags, positiveInt } from "../bench/index.ts";
 import { ensureBaseImage } from "./base-image.ts";
 import { Sandbox } from "./container.ts";
 import { dockerClient } from "./docker.ts";
+import { drainQuotaPools, warmQuotaPool } from "./quota-pool.ts";
 import { containersOfRun } from "./reaper.ts";
 import { RolloutRunner } from "../rollout/index.ts";
 import { currentRun } from "./run-identity.ts";
@@ -77,12 +78,14 @@ async function main(): Promise<void> {
   // 1. start → first exec output vs `docker run --rm --network none` with the same limits, alternated so both
   //    see the same machine state. Pair A stops both clocks at the first output; pair B also counts removal
   //    (ours: Sandbox.remove, which also tears down the per-container disk quota; the baseline: `--rm`
-  //    finishing, which pays no quota because plain docker has none).
+  //    finishing, which pays no quota because plain docker has none). The quota pool (quota-pool.ts) is
+  //    refilled before each pair, outside both clocks, so its background mke2fs overlaps neither side.
   const ours: number[] = [];
   const oursRemoved: number[] = [];
   const plain: number[] = [];
   const plainRemoved: number[] = [];
   for (let i = 0; i < N; i++) {
+    await warmQuotaPool(DEFAULT_LIMITS.diskBytes);
     let t = performance.now();
     const sb = await Sandbox.start({ image: image.tag, rolloutId: `bench-${i}`, stage: "agent" });
     const out = await sb.exec(["echo", "ok"]);
@@ -164,6 +167,7 @@ async function main(): Promise<void> {
   rmSync(dir, { recursive: true, force: true });
   log({ metric: "image_build", task_uncached_ms: Math.round(cold.buildMs), task_cached_ms: r1(warm.buildMs), base_cached_ms: r1(baseCached.ms) });
 
+  await drainQuotaPools();
   const leaked = (await containersOfRun(currentRun().runId)).length;
   console.log(
     JSON.stringify({
