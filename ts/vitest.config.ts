@@ -7,5 +7,7 @@ export default defineConfig({
     hookTimeout: 120_000,
     // Tests that spawn processes or a daemon share two cores; keep the pool small.
     maxWorkers: 2,
+    // Unmounts each test process's prepared quota filesystems (src/test-teardown.ts says why).
+    setupFiles: ["src/test-teardown.ts"],
   },
 });

@@ -16,6 +16,7 @@ const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const ALLOWED: Record<string, string> = {
   "ts/src/cli/main.ts": "the `lego` entry point: reads the sandbox settings once (sandboxHostFromEnv)",
   "ts/src/sandbox/fixtures/hold-containers.ts": "a test fixture process: its own entry point",
+  "ts/src/sandbox/fixtures/hold-quota-pool.ts": "a test fixture process: its own entry point",
   "ts/src/tasks/git.ts": "passes PATH through to git's otherwise scrubbed environment; no behaviour",
   "ts/src/demo/rl-loop.ts": "passes the environment through to the training process it starts",
   "ts/src/proxy/bench/peers.ts": "passes the environment through to the bench peers it starts (nginx, LiteLLM)",

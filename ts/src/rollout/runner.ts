@@ -7,6 +7,7 @@ import {
   AgentSandbox,
   ConcurrencyLimit,
   DEFAULT_LIMITS,
+  drainQuotaPools,
   reapDeadRuns,
   removeRolloutContainers,
   runStages,
@@ -117,6 +118,8 @@ export class RolloutRunner implements SandboxSource {
     // A removal that failed while the daemon was away left its container; sweep them now it answers.
     // Still unreachable: recorded, and the next run's reaper removes them once this process is gone.
     await removeRolloutContainers(this.ran).catch((e: unknown) => void this.removalErrors.push(e));
+    // Prepared quota filesystems no container took (the pool is the process's; a later start refills it).
+    await drainQuotaPools();
   }
 
   private startAgent(image: string, rolloutId: string): Promise<AgentSandbox> {

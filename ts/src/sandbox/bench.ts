@@ -1,6 +1,7 @@
 /**
  * Sandbox benchmark (not a test): `pnpm bench:sandbox [--n 30] [--concurrent 32]`:
- * --n pairs per start figure, --concurrent rollouts at once.
+ * --n pairs per start figure, --concurrent rollouts at once, --quota-pool prepared quota filesystems kept
+ * ready (0: each start makes its own in place, as before the pool).
  * Measures, on the machine it runs on:
  *   - start→first exec output of a cached image (create + start + `echo ok`), p50/p99, against
  *     `docker run --rm --network none` with the same limits, and the same pair counting removal;
@@ -18,6 +19,8 @@ import { benchFlags, positiveInt } from "../bench/index.ts";
 import { ensureBaseImage } from "./base-image.ts";
 import { Sandbox } from "./container.ts";
 import { dockerClient } from "./docker.ts";
+import { configureSandboxHost, sandboxHost } from "./host-settings.ts";
+import { drainQuotaPools, warmQuotaPool } from "./quota-pool.ts";
 import { containersOfRun } from "./reaper.ts";
 import { RolloutRunner } from "../rollout/index.ts";
 import { currentRun } from "./run-identity.ts";
@@ -30,9 +33,12 @@ import { WarmPool } from "./warm-pool.ts";
 const flags = benchFlags({
   n: { default: "30", describe: "pairs per start figure" },
   concurrent: { default: "32", describe: "rollouts at once" },
+  "quota-pool": { default: String(sandboxHost().quotaPoolSize), describe: "prepared quota filesystems kept ready; 0 makes each in place" },
 });
 const N = positiveInt("n", flags.n);
 const CONCURRENT = positiveInt("concurrent", flags.concurrent);
+const QUOTA_POOL = flags["quota-pool"] === "0" ? 0 : positiveInt("quota-pool", flags["quota-pool"]);
+configureSandboxHost({ quotaPoolSize: QUOTA_POOL });
 
 function pct(xs: number[], p: number): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -77,12 +83,14 @@ async function main(): Promise<void> {
   // 1. start → first exec output vs `docker run --rm --network none` with the same limits, alternated so both
   //    see the same machine state. Pair A stops both clocks at the first output; pair B also counts removal
   //    (ours: Sandbox.remove, which also tears down the per-container disk quota; the baseline: `--rm`
-  //    finishing, which pays no quota because plain docker has none).
+  //    finishing, which pays no quota because plain docker has none). The quota pool (quota-pool.ts) is
+  //    refilled before each pair, outside both clocks, so its background mke2fs overlaps neither side.
   const ours: number[] = [];
   const oursRemoved: number[] = [];
   const plain: number[] = [];
   const plainRemoved: number[] = [];
   for (let i = 0; i < N; i++) {
+    await warmQuotaPool(DEFAULT_LIMITS.diskBytes);
     let t = performance.now();
     const sb = await Sandbox.start({ image: image.tag, rolloutId: `bench-${i}`, stage: "agent" });
     const out = await sb.exec(["echo", "ok"]);
@@ -164,6 +172,7 @@ async function main(): Promise<void> {
   rmSync(dir, { recursive: true, force: true });
   log({ metric: "image_build", task_uncached_ms: Math.round(cold.buildMs), task_cached_ms: r1(warm.buildMs), base_cached_ms: r1(baseCached.ms) });
 
+  await drainQuotaPools();
   const leaked = (await containersOfRun(currentRun().runId)).length;
   console.log(
     JSON.stringify({
@@ -175,6 +184,7 @@ async function main(): Promise<void> {
       start_remove_p50_ms: r1(removedP50),
       docker_run_rm_p50_ms: r1(dockerRemovedP50),
       vs_docker_run_with_removal: Math.round((removedP50 / dockerRemovedP50) * 100) / 100,
+      quota_pool: QUOTA_POOL,
       baseline: "docker run --rm --network none, same memory/pids/cpus/cap-drop/no-new-privileges/tmpfs/shm/init, --user agent; no disk quota",
       pool_ready_p50_ms: r1(pct(ready, 50)),
       rollout_p50_ms: r1(pct(coldSeq, 50)),

@@ -61,9 +61,9 @@ export const sandboxCommand: LegoCommand = {
           if (unhealthy) process.exitCode = 1;
         },
       )
-      .command("reap", "remove containers left by dead runs", {}, async () => {
+      .command("reap", "remove containers (and prepared quota filesystems) left by dead runs", {}, async () => {
         const r = await reapDeadRuns();
-        print({ event: "reap", removed: r.removed.length, kept: r.kept });
+        print({ event: "reap", removed: r.removed.length, kept: r.kept, quota_staging_removed: r.quotaStaging.length });
       })
       .command(
         "gc",

@@ -7,6 +7,7 @@ import type Docker from "dockerode";
 import { existsSync, lstatSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { armDiskQuota, filesystemFull } from "./disk-quota.ts";
+import { takePreparedQuota } from "./quota-pool.ts";
 import { CappedOutput, dockerClient, readAll } from "./docker.ts";
 import { AgentLimitError, SandboxEnvError, daemonError, type SandboxErrorContext } from "./errors.ts";
 import type { Readable } from "node:stream";
@@ -138,7 +139,9 @@ export class Sandbox {
     const sb = new Sandbox(container, spec);
     const diskBytes = (spec.limits ?? DEFAULT_LIMITS).diskBytes;
     try {
-      if ((spec.profile ?? "task") === "task" && diskBytes > 0) sb.quotaDir = await armDiskQuota(container, diskBytes, sb.context());
+      if ((spec.profile ?? "task") === "task" && diskBytes > 0) {
+        sb.quotaDir = await armDiskQuota(container, diskBytes, sb.context(), takePreparedQuota(diskBytes));
+      }
     } catch (e) {
       await sb.remove().catch(() => {});
       throw e;

@@ -17,6 +17,11 @@ export interface SandboxHostSettings {
   readonly runId: string | null;
   /** ssh-agent socket for `ssh://` Docker endpoints (`--docker-host`); null: none. */
   readonly sshAgent: string | null;
+  /**
+   * Quota filesystems kept ready per quota size (quota-pool.ts), so a start
+   * does not make its own; 0 makes each one in place at start.
+   */
+  readonly quotaPoolSize: number;
 }
 
 export const DEFAULT_SANDBOX_HOST: SandboxHostSettings = {
@@ -24,6 +29,7 @@ export const DEFAULT_SANDBOX_HOST: SandboxHostSettings = {
   buildTmp: "/var/tmp",
   runId: null,
   sshAgent: null,
+  quotaPoolSize: 4,
 };
 
 let settings: SandboxHostSettings = DEFAULT_SANDBOX_HOST;

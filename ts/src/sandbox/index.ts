@@ -18,6 +18,7 @@ export { reapDeadRuns, removeRolloutContainers } from "./reaper.ts";
 export { currentDockerEndpoint, dockerEndpoint, withDockerEndpoint, type DockerEndpoint } from "./docker.ts";
 export { copyImage } from "./image-copy.ts";
 export { imageExists } from "./base-image.ts";
+export { drainQuotaPools, warmQuotaPool } from "./quota-pool.ts";
 export { collectImages, type ImageGcPolicy } from "./image-gc.ts";
 export { checkTask, oracleProgram, type TaskCheck } from "./check.ts";
 export { sandboxCommand } from "./cli.ts";

@@ -1,15 +1,19 @@
 /**
  * Removes containers left behind by runs whose process is gone (killed,
- * crashed). Safe to call at any time: containers of live runs are kept.
+ * crashed), and the prepared quota filesystems they held. Safe to call at
+ * any time: containers and filesystems of live runs are kept.
  */
 import { dockerClient } from "./docker.ts";
 import { daemonError } from "./errors.ts";
+import { reapQuotaStaging } from "./quota-pool.ts";
 import { currentRun, ownerAlive } from "./run-identity.ts";
 import { LABEL, OWNER } from "./types.ts";
 
 export interface ReapReport {
   removed: string[];
   kept: number;
+  /** Staging folders of prepared quota filesystems a dead process left (quota-pool.ts), unmounted and removed. */
+  quotaStaging: string[];
 }
 
 export interface ReapOptions {
@@ -45,7 +49,8 @@ export async function reapDeadRuns(opts: ReapOptions = {}): Promise<ReapReport> 
         }),
     ),
   );
-  return { removed: doomed.map((c) => c.Id), kept: list.length - doomed.length };
+  const quotaStaging = await reapQuotaStaging(opts.runIds);
+  return { removed: doomed.map((c) => c.Id), kept: list.length - doomed.length, quotaStaging };
 }
 
 /** Containers of one run that still exist (tests assert this is zero). */

@@ -51,6 +51,15 @@ export class WarmPool<T> {
     return t ?? this.make();
   }
 
+  /** A ready item if one is waiting, otherwise undefined (the caller makes its own); refills either way. */
+  take(): T | undefined {
+    if (this.closed) return undefined;
+    const t = this.ready.shift();
+    this.lastError = undefined;
+    this.fill();
+    return t;
+  }
+
   private fill(): void {
     while (
       !this.closed &&
