@@ -1,11 +1,11 @@
 /** HTTP helpers shared by the vLLM and SGLang clients (Node's fetch; aborting the signal closes the connection, which both servers treat as an abort). */
 import { EngineAbortedError, EngineError } from "./types.ts";
 
-/** POSTs `body` (an object, or JSON text already encoded). */
+/** POSTs `body` (an object, or JSON already encoded as text or UTF-8 bytes). */
 export async function postJson(engine: string, url: string, body: unknown, headers: Record<string, string>, signal: AbortSignal | undefined, requestId: string): Promise<Response> {
   let res: Response;
   try {
-    res = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: typeof body === "string" ? body : JSON.stringify(body), signal: signal ?? null });
+    res = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: typeof body === "string" || body instanceof Uint8Array ? (body as string | Uint8Array<ArrayBuffer>) : JSON.stringify(body), signal: signal ?? null });
   } catch (e) {
     if (signal?.aborted) throw new EngineAbortedError(engine, requestId);
     throw new EngineError(engine, `POST ${url} failed: ${(e as Error).message}`, { cause: e });
