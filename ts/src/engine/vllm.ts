@@ -87,13 +87,22 @@ export class VllmEngine implements EngineClient {
       yield { token_ids: ids, logprobs, policy_version: version, finish_reason: finish, ...splitRouting(choice["routed_experts"], req.prompt_ids.length, ids.length) };
       return;
     }
+    // The last chunk waits for the stream's end (right after it): a consumer that stops at it
+    // then leaves a fully read response, whose connection is reused rather than destroyed.
+    let last: GenerateChunk | null = null;
     for await (const data of sseData(this.name, res, signal, req.request_id)) {
+      if (last) continue;
       const choice = firstChoice(parseJson(this.name, data));
       if (!choice) continue;
       const { ids, logprobs } = sampled(choice);
       const finish = finishReason(choice["finish_reason"]);
-      if (ids.length > 0 || finish) yield { token_ids: ids, logprobs, routing: null, policy_version: version, finish_reason: finish };
-      if (finish) return;
+      const chunk: GenerateChunk = { token_ids: ids, logprobs, routing: null, policy_version: version, finish_reason: finish };
+      if (finish) last = chunk;
+      else if (ids.length > 0) yield chunk;
+    }
+    if (last) {
+      yield last;
+      return;
     }
     throw new EngineError(this.name, `stream of ${req.request_id} ended without a finish_reason`);
   }
