@@ -94,6 +94,40 @@ describe("vLLM client", () => {
     expect(bodies[0]).toMatchObject({ path: "/v1/completions", model: "m", prompt: [1, 2, 3], max_tokens: 16, seed: 7, stop_token_ids: [151645], logprobs: 1, return_tokens_as_token_ids: true, stream: true });
   });
 
+  it("sends the whole prompt on every call of a conversation, however it changed since the last one, over one kept-alive connection", async () => {
+    const ports = new Set<number>();
+    const { url, bodies } = await serve((_b, req, res) => {
+      ports.add(req.socket.remotePort!);
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.end(vllmChunk([151645], [-0.125], "stop") + "data: [DONE]\n\n");
+    });
+    const engine = new VllmEngine({ baseUrl: url, model: "m" });
+    const buffer = new Int32Array(16);
+    const prompts = [[5, 6, 7], [5, 6, 7, 8, 9], [5, 60, 7, 8, 9, 10], [5, 60], [1000000, 60, 7]];
+    for (const [i, p] of prompts.entries()) {
+      buffer.set(p); // the proxy reuses one buffer per thread
+      for await (const _ of engine.generate({ ...request, request_id: `s/turn-${i}`, prompt_ids: buffer.subarray(0, p.length), prefix_key: "s/thread-0" }));
+    }
+    expect(bodies.map((b) => b["prompt"])).toEqual(prompts);
+    // Each stream was read to its end, so the client's pool reused the socket instead of destroying it.
+    expect(ports.size).toBe(1);
+  });
+
+  it("closes the connection when its consumer stops before the finish, so the server can abort", async () => {
+    let closed!: () => void;
+    const serverSawClose = new Promise<void>((r) => (closed = r));
+    const { url } = await serve((_b, _req, res) => {
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      res.write(vllmChunk([1], [-1], null));
+      res.once("close", () => closed());
+    });
+    for await (const chunk of new VllmEngine({ baseUrl: url, model: "m" }).generate(request)) {
+      expect(chunk.token_ids).toEqual([1]);
+      break;
+    }
+    await expect(Promise.race([serverSawClose.then(() => "closed"), new Promise((r) => setTimeout(r, 5000, "still open"))])).resolves.toBe("closed");
+  });
+
   // vLLM's /v1/completions puts routed_experts only on the non-streaming choice: base64 of the
   // scheduler's int32 (num_tokens - 1, layers, top_k) = every prompt token and every sampled
   // token but the last (docs/proxy.md "vLLM routed experts").

@@ -1,26 +1,72 @@
-/** HTTP helpers shared by the vLLM and SGLang clients (Node's fetch; aborting the signal closes the connection, which both servers treat as an abort). */
+/**
+ * HTTP helpers shared by the vLLM and SGLang clients, on node:http with a keep-alive
+ * agent rather than Node's fetch, whose WHATWG streams and Request/Response objects
+ * are CPU the proxy pays per call (in the proxy bench the fetch-based client cost
+ * ~1.3 ms more proxy CPU per agent call than the ZeroMQ one). Aborting the signal
+ * destroys the socket, which both servers treat as an abort.
+ */
+import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
+import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import { EngineAbortedError, EngineError } from "./types.ts";
 
-/** POSTs `body` (an object, or JSON text already encoded). */
-export async function postJson(engine: string, url: string, body: unknown, headers: Record<string, string>, signal: AbortSignal | undefined, requestId: string): Promise<Response> {
-  let res: Response;
+// One pool per process: every client of every engine reuses its connections (as fetch's global pool did).
+const AGENTS = { http: new HttpAgent({ keepAlive: true }), https: new HttpsAgent({ keepAlive: true }) };
+
+/** A successful response: its body as text, or as its bytes while they arrive. */
+export interface HttpReply {
+  readonly status: number;
+  text(): Promise<string>;
+  readonly body: AsyncIterable<Uint8Array>;
+}
+
+async function readAll(res: IncomingMessage): Promise<string> {
+  const parts: Buffer[] = [];
+  for await (const part of res) parts.push(part as Buffer);
+  return Buffer.concat(parts).toString("utf8");
+}
+
+/** POSTs `body` (an object, or JSON already encoded as text or UTF-8 bytes). */
+export async function postJson(engine: string, url: string, body: unknown, headers: Record<string, string>, signal: AbortSignal | undefined, requestId: string): Promise<HttpReply> {
+  const payload = typeof body === "string" ? Buffer.from(body) : body instanceof Uint8Array ? body : Buffer.from(JSON.stringify(body));
+  if (signal?.aborted) throw new EngineAbortedError(engine, requestId);
+  let res: IncomingMessage;
   try {
-    res = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: typeof body === "string" ? body : JSON.stringify(body), signal: signal ?? null });
+    const target = new URL(url);
+    const tls = target.protocol === "https:";
+    res = await new Promise<IncomingMessage>((resolve, reject) => {
+      const req = (tls ? httpsRequest : httpRequest)(target, {
+        method: "POST",
+        agent: tls ? AGENTS.https : AGENTS.http,
+        headers: { "content-type": "application/json", "content-length": String(payload.byteLength), ...headers },
+        ...(signal ? { signal } : {}),
+      });
+      req.once("response", resolve).once("error", reject);
+      req.end(payload);
+    });
   } catch (e) {
     if (signal?.aborted) throw new EngineAbortedError(engine, requestId);
     throw new EngineError(engine, `POST ${url} failed: ${(e as Error).message}`, { cause: e });
   }
-  if (!res.ok) throw new EngineError(engine, `POST ${url} answered ${res.status}: ${(await res.text()).slice(0, 500)}`);
-  return res;
+  const status = res.statusCode ?? 0;
+  if (status < 200 || status >= 300) {
+    const text = await readAll(res).catch(() => "");
+    throw new EngineError(engine, `POST ${url} answered ${status}: ${text.slice(0, 500)}`);
+  }
+  return { status, text: () => readAll(res), body: res };
 }
 
-/** The `data:` payloads of a server-sent-event body, until `[DONE]` or the end. */
-export async function* sseData(engine: string, res: Response, signal: AbortSignal | undefined, requestId: string): AsyncGenerator<string> {
-  if (!res.body) throw new EngineError(engine, "streaming response has no body");
+/**
+ * The `data:` payloads of a server-sent-event body, until `[DONE]`; the body is
+ * then read to its end (servers end it right after), so the connection goes back
+ * to the pool instead of being destroyed with an unread response.
+ */
+export async function* sseData(engine: string, res: HttpReply, signal: AbortSignal | undefined, requestId: string): AsyncGenerator<string> {
   const decoder = new TextDecoder();
   let buf = "";
+  let done = false;
   try {
-    for await (const bytes of res.body as unknown as AsyncIterable<Uint8Array>) {
+    for await (const bytes of res.body) {
+      if (done) continue;
       buf += decoder.decode(bytes, { stream: true });
       let cut: number;
       while ((cut = buf.indexOf("\n\n")) >= 0) {
@@ -29,9 +75,13 @@ export async function* sseData(engine: string, res: Response, signal: AbortSigna
         for (const line of frame.split("\n")) {
           if (!line.startsWith("data:")) continue;
           const data = line.slice(5).trimStart();
-          if (data === "[DONE]") return;
+          if (data === "[DONE]") {
+            done = true;
+            break;
+          }
           yield data;
         }
+        if (done) break;
       }
     }
   } catch (e) {

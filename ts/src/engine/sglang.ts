@@ -10,6 +10,7 @@
  * [0, prompt) become `prompt_routing`.
  */
 import { parseJson, postJson } from "./http.ts";
+import { PROMPT_JSON_DEFAULTS, PromptJson } from "./prompt-json.ts";
 import { EngineError, type EngineClient, type GenerateChunk, type GenerateRequest } from "./types.ts";
 import type { FinishReason } from "../schema/index.ts";
 
@@ -21,16 +22,20 @@ export interface SglangEngineConfig {
   policyVersion?: () => number;
   /** Prompt + completion tokens the server takes at most (its `--context-length`); omit when unknown. */
   contextWindow?: number;
+  /** Prompt ids whose JSON digits are kept for re-use by the next prompt of the same conversation (prompt-json.ts); 0 keeps none. */
+  promptJsonTokens?: number;
 }
 
 export class SglangEngine implements EngineClient {
   readonly name = "sglang";
-  constructor(private readonly config: SglangEngineConfig) {}
+  private readonly prompts: PromptJson;
+  constructor(private readonly config: SglangEngineConfig) {
+    this.prompts = new PromptJson(config.promptJsonTokens ?? PROMPT_JSON_DEFAULTS.maxTokens);
+  }
 
   async *generate(req: GenerateRequest, signal?: AbortSignal): AsyncIterable<GenerateChunk> {
     const body: Record<string, unknown> = {
       rid: req.request_id,
-      input_ids: Array.from(req.prompt_ids),
       sampling_params: {
         max_new_tokens: req.sampling.max_tokens,
         temperature: req.sampling.temperature,
@@ -45,7 +50,9 @@ export class SglangEngine implements EngineClient {
     };
     if (this.config.routing) body["return_routed_experts"] = true;
     const headers: Record<string, string> = this.config.apiKey ? { authorization: `Bearer ${this.config.apiKey}` } : {};
-    const res = await postJson(this.name, `${this.config.baseUrl}/generate`, body, headers, signal, req.request_id);
+    // Agent prompts are 10^4-10^5 ids: their digits are written once per conversation, not once per call (prompt-json.ts).
+    const json = this.prompts.body(`${JSON.stringify(body).slice(0, -1)},"input_ids":`, req.prompt_ids, "}", req.prefix_key);
+    const res = await postJson(this.name, `${this.config.baseUrl}/generate`, json, headers, signal, req.request_id);
     const out = parseJson(this.name, await res.text());
     const meta = (out["meta_info"] ?? {}) as Record<string, unknown>;
     const entries = (meta["output_token_logprobs"] ?? []) as Array<[number, number, unknown]>;

@@ -24,6 +24,13 @@ export interface GenerateRequest {
    */
   prompt_ids: Int32Array | number[];
   sampling: SamplingParams;
+  /**
+   * Names the conversation this prompt continues (the proxy: its session and thread), so a
+   * client may reuse work done for that conversation's previous prompt (the HTTP clients
+   * re-encode only the ids past the common prefix, prompt-json.ts). A hint only: what
+   * reaches the engine is the same whole prompt with or without it.
+   */
+  prefix_key?: string | null;
 }
 
 /** A run of newly sampled tokens. Chunks of one call concatenate. */

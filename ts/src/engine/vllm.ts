@@ -22,10 +22,10 @@
  * `max_model_len` from `GET /v1/models` (vLLM's model cards carry it).
  */
 import { flattenRouting, parseJson, postJson, sseData } from "./http.ts";
+import { PROMPT_JSON_DEFAULTS, PromptJson } from "./prompt-json.ts";
 import { EngineAbortedError, EngineError, type EngineClient, type GenerateChunk, type GenerateRequest } from "./types.ts";
 import type { FinishReason } from "../schema/index.ts";
 
-const PROMPT_SLOT = "__lego_prompt_ids__";
 
 export interface VllmEngineConfig {
   /** Server origin, e.g. http://127.0.0.1:8000 */
@@ -38,19 +38,23 @@ export interface VllmEngineConfig {
   policyVersion?: () => number;
   /** Prompt + completion tokens at most; omit to read `max_model_len` from `GET /v1/models`. */
   contextWindow?: number;
+  /** Prompt ids whose JSON digits are kept for re-use by the next prompt of the same conversation (prompt-json.ts); 0 keeps none. */
+  promptJsonTokens?: number;
 }
 
 type Choice = Record<string, unknown>;
 
 export class VllmEngine implements EngineClient {
   readonly name = "vllm";
-  constructor(private readonly config: VllmEngineConfig) {}
+  private readonly prompts: PromptJson;
+  constructor(private readonly config: VllmEngineConfig) {
+    this.prompts = new PromptJson(config.promptJsonTokens ?? PROMPT_JSON_DEFAULTS.maxTokens);
+  }
 
   async *generate(req: GenerateRequest, signal?: AbortSignal): AsyncIterable<GenerateChunk> {
     const routed = this.config.routing === true;
     const body = {
       model: this.config.model,
-      prompt: PROMPT_SLOT,
       max_tokens: req.sampling.max_tokens,
       temperature: req.sampling.temperature,
       top_p: req.sampling.top_p,
@@ -63,8 +67,8 @@ export class VllmEngine implements EngineClient {
       request_id: req.request_id,
     };
     const headers: Record<string, string> = this.config.apiKey ? { authorization: `Bearer ${this.config.apiKey}` } : {};
-    // Agent prompts are 10^4-10^5 ids: a typed array's native join is far cheaper than JSON.stringify of a JS array.
-    const json = JSON.stringify(body).replace(`"${PROMPT_SLOT}"`, `[${req.prompt_ids.join(",")}]`);
+    // Agent prompts are 10^4-10^5 ids: their digits are written once per conversation, not once per call (prompt-json.ts).
+    const json = this.prompts.body(`${JSON.stringify(body).slice(0, -1)},"prompt":`, req.prompt_ids, "}", req.prefix_key);
     const res = await postJson(this.name, `${this.config.baseUrl}/v1/completions`, json, headers, signal, req.request_id);
     const version = this.config.policyVersion?.() ?? 0;
     if (routed) {
@@ -83,13 +87,22 @@ export class VllmEngine implements EngineClient {
       yield { token_ids: ids, logprobs, policy_version: version, finish_reason: finish, ...splitRouting(choice["routed_experts"], req.prompt_ids.length, ids.length) };
       return;
     }
+    // The last chunk waits for the stream's end (right after it): a consumer that stops at it
+    // then leaves a fully read response, whose connection is reused rather than destroyed.
+    let last: GenerateChunk | null = null;
     for await (const data of sseData(this.name, res, signal, req.request_id)) {
+      if (last) continue;
       const choice = firstChoice(parseJson(this.name, data));
       if (!choice) continue;
       const { ids, logprobs } = sampled(choice);
       const finish = finishReason(choice["finish_reason"]);
-      if (ids.length > 0 || finish) yield { token_ids: ids, logprobs, routing: null, policy_version: version, finish_reason: finish };
-      if (finish) return;
+      const chunk: GenerateChunk = { token_ids: ids, logprobs, routing: null, policy_version: version, finish_reason: finish };
+      if (finish) last = chunk;
+      else if (ids.length > 0) yield chunk;
+    }
+    if (last) {
+      yield last;
+      return;
     }
     throw new EngineError(this.name, `stream of ${req.request_id} ended without a finish_reason`);
   }

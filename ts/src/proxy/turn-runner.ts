@@ -126,6 +126,8 @@ async function* streamTurn(
       {
         request_id: turnId,
         prompt_ids: plan.prompt_ids,
+        // The next call of this thread re-sends this prompt and more: the engine client may reuse its encoding.
+        prefix_key: `${capture.sessionId}/${capture.threadId(thread)}`,
         sampling: {
           temperature: req.sampling.temperature ?? 1,
           top_p: req.sampling.top_p ?? 1,

@@ -2,12 +2,19 @@
  * The engine process every path calls (direct, nginx, LiteLLM and the proxy alike):
  * `decodeMs` per sampled token is waited before answering (the paced workload).
  * OpenAI chat JSON (/v1/chat/completions) or Anthropic Messages JSON (/v1/messages)
- * for the token-free paths, vLLM /v1/completions SSE with ids for the proxy. For the latter it keeps how long it held each request (headers in to
- * last byte out, by request_id) and serves them at GET /held, so the proxy can
- * count its own engine-client hop: its wait on the engine minus the engine's time.
+ * for the token-free paths, vLLM /v1/completions SSE with ids for the proxy over
+ * HTTP, and the Python engine's ZeroMQ protocol (msgpack GenerateRequest in,
+ * TokenChunks and a GenerateResult out; ZmqEngine is its client) for the proxy's
+ * second run, in the same process and with the same reply and decode wait.
+ * For the proxy's calls it keeps how long it held each request (HTTP: headers in
+ * to last byte out; ZeroMQ: request frame in to result frame sent; by request_id)
+ * and serves them at GET /held, so the proxy can count its own engine-client hop:
+ * its wait on the engine minus the engine's time.
  */
 import { createServer, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
+import { Router } from "zeromq";
+import { decodeControl, encodeControl, SCHEMA_VERSION, type ControlMessage } from "../../schema/index.ts";
 import { loadProxyModel } from "../model.ts";
 import { QWEN3_DIR } from "../test-support.ts";
 import { REPLY_ARGS, REPLY_TEXT } from "./args.ts";
@@ -70,6 +77,46 @@ export async function engineRole(decodeMs: number): Promise<void> {
   });
   server.keepAliveTimeout = 60_000;
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  console.log(JSON.stringify({ port: (server.address() as AddressInfo).port }));
+  const zmq = await zmqEngine(ids, model.tokenizer.size, decode, held);
+  console.log(JSON.stringify({ port: (server.address() as AddressInfo).port, zmq }));
+}
+
+/**
+ * The ZeroMQ side: a ROUTER answering engine_hello with a dense model's EngineInfo and
+ * each generate with the reply's ids in TokenChunks of 4 (as the SSE side streams
+ * them), then the GenerateResult. Returns the bound endpoint (tcp on loopback, as the
+ * HTTP side, so both hops cross the same kind of socket).
+ */
+async function zmqEngine(ids: number[], vocabSize: number, decode: () => Promise<unknown> | null, held: Record<string, number>): Promise<string> {
+  const router = new Router({ linger: 0 });
+  await router.bind("tcp://127.0.0.1:*");
+  // zeromq.js allows one pending send per socket: replies queue in order.
+  let tail: Promise<void> = Promise.resolve();
+  const send = (peer: Buffer, m: ControlMessage) => (tail = tail.then(() => router.send([peer, encodeControl(m)])));
+  const reply = Int32Array.from(ids);
+  const logprobs = new Float32Array(ids.length).fill(-0.5);
+  const serve = async (peer: Buffer, m: ControlMessage & { kind: "generate" }, t0: number) => {
+    await decode();
+    for (let i = 0; i < reply.length; i += 4)
+      void send(peer, { kind: "token_chunk", request_id: m.request_id, token_ids: reply.subarray(i, i + 4), logprobs: logprobs.subarray(i, i + 4), policy_version: 0 });
+    await send(peer, {
+      kind: "generate_result", request_id: m.request_id, finish_reason: "stop", completion_token_ids: reply, logprobs,
+      prompt_routing: new Uint16Array(0), completion_routing: new Uint16Array(0), moe_layers: 0, top_k: 0, policy_version: 0, seed: 0,
+      policy_versions: null, cached_prompt_tokens: null,
+    });
+    held[m.request_id] = performance.now() - t0;
+  };
+  void (async () => {
+    for await (const [peer, frame] of router) {
+      const t0 = performance.now();
+      const m = decodeControl(frame!);
+      if (m.kind === "engine_hello")
+        void send(peer!, { kind: "engine_info", model: "bench", policy_version: 0, vocab_size: vocabSize, max_context: 1 << 20, moe_layers: 0, top_k: 0, num_experts: 0, active_requests: 0, schema_version: SCHEMA_VERSION });
+      else if (m.kind === "generate") void serve(peer!, m, t0);
+      // The bench never aborts a request that is still running; one that ended is unknown, as the Python engine says.
+      else if (m.kind === "abort") void send(peer!, { kind: "error", code: "unknown_request", message: `no request ${m.request_id}`, batch_id: null, request_id: m.request_id, field: null });
+    }
+  })();
+  return router.lastEndpoint!;
 }
 

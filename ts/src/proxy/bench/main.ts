@@ -6,10 +6,12 @@
  *   direct      client -> engine                      (the reference)
  *   passthrough client -> nginx -> engine             (floor: no templating or tokenization)
  *   litellm     client -> LiteLLM proxy -> engine     (when a `litellm` binary is found; one worker per core)
- *   proxy       client -> lego proxy -> engine        (template + tokenize + capture)
- * Every path calls the same engine process (engine-role.ts) over HTTP: OpenAI
- * chat JSON for the token-free paths, vLLM /v1/completions SSE with ids for the
- * proxy, so every path pays one engine hop.
+ *   proxy       client -> lego proxy -> engine        (template + tokenize + capture; vLLM client over HTTP)
+ *   proxy_zmq   client -> lego proxy -> engine        (the same, with the ZeroMQ engine client)
+ * Every path calls the same engine process (engine-role.ts): OpenAI chat JSON
+ * over HTTP for the token-free paths, vLLM /v1/completions SSE with ids for
+ * `proxy`, and the Python engine's msgpack protocol over ZeroMQ (prompt ids as
+ * one binary int32 array) for `proxy_zmq`, so every path pays one engine hop.
  *
  * Two API shapes (--apis openai,anthropic; workload.ts): Chat Completions, and
  * Claude-Code-shaped Messages (system blocks, tool_result blocks, re-serialized
@@ -41,14 +43,14 @@
  *   cpu         proxy process CPU (user + system) and GC pause time per request;
  *   phases      of the proxy's hop: reading the body, and parsing and planning it.
  * The last line's overhead_p50_ms / overhead_p99_ms are the PAIRED added latency
- * of the PACED workload (`"measure"` says so); vs_passthrough_p50 is that p50
+ * of the PACED workload (`"measure"` says so) for `proxy`, zmq_overhead_* for `proxy_zmq`; vs_passthrough_p50 is that p50
  * over nginx's paired added p50 (unclamped; null when nginx's is not positive,
  * and nginx's own figure is beside it); vs_litellm likewise over LiteLLM's.
  * Every other figure is kept under "paced" and "back_to_back".
  *
  * Run: pnpm exec tsx src/proxy/bench/main.ts [--sessions 64] [--target-tokens 30000] [--rounds 3]
  *        [--decode-ms-per-token 20] [--tool-ms 100] [--workloads paced,back_to_back] [--apis openai,anthropic]
- *        [--only direct,passthrough,litellm,proxy]
+ *        [--only direct,passthrough,litellm,proxy,proxy_zmq]
  * The proxy process runs with the V8 flags `lego` uses (node-flags.ts).
  * Profiling the proxy process: --cpu-prof-dir DIR (node's --cpu-prof), --proxy-node-flags "--trace-gc".
  * Last stdout line: {"bench":"proxy","measure":...,"overhead_p50_ms",...,"anthropic_overhead_p50_ms",...}.
@@ -62,11 +64,13 @@ import { PROXY_NODE_FLAGS } from "../node-flags.ts";
 import { arg, DECODE_MS_PER_TOKEN, ROUNDS, SESSIONS, strArg, TARGET_TOKENS, TOOL_MS } from "./args.ts";
 import { engineRole } from "./engine-role.ts";
 import { child, nginxAdded, startLitellm, startNginx, type Child } from "./peers.ts";
-import { proxyRole, type ProxyStats } from "./proxy-role.ts";
+import { proxyRole, type EngineClientKind, type ProxyStats } from "./proxy-role.ts";
 import { pairedAdded, pct } from "./stats.ts";
 import { APIS, drive, turnsPerSession, type Api, type Target } from "./workload.ts";
 
 const SELF = fileURLToPath(import.meta.url);
+/** The proxy's paths: the same proxy with each engine client (proxy-role.ts), against the one engine process. */
+const PROXY_PATHS: Record<string, EngineClientKind> = { proxy: "http", proxy_zmq: "zmq" };
 interface WorkloadResult {
   decode_ms_per_token: number;
   tool_ms: number;
@@ -79,12 +83,13 @@ interface WorkloadResult {
   in_hop_p50_ms: Record<string, number | null>;
   in_hop_p99_ms: Record<string, number | null>;
   direct_p50_ms: number | null;
-  proxy_cpu_ms_per_request: number | null;
-  proxy_cpu_system_ms_per_request: number | null;
-  proxy_gc_ms_per_request: number | null;
-  proxy_gc_max_ms: number | null;
-  /** p50 and p99 of two phases inside the hop: reading the body, and parsing and planning it. */
-  proxy_phases_ms: { body_read: [number, number]; plan: [number, number] } | null;
+  /** Per proxy path (PROXY_PATHS). */
+  proxy_cpu_ms_per_request: Record<string, number | null>;
+  proxy_cpu_system_ms_per_request: Record<string, number | null>;
+  proxy_gc_ms_per_request: Record<string, number | null>;
+  proxy_gc_max_ms: Record<string, number | null>;
+  /** Per proxy path: p50 and p99 of two phases inside the hop, reading the body, and parsing and planning it. */
+  proxy_phases_ms: Record<string, { body_read: [number, number]; plan: [number, number] }>;
 }
 
 const round = (x: number | null) => (x === null ? null : Number(x.toFixed(3)));
@@ -94,16 +99,15 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
   const tsx = ["--import", "tsx", SELF];
   console.log(`--- ${label}: ${api} API, engine ${decodeMs} ms per sampled token, tool time ${toolMs} ms on average`);
   const engine = child(process.execPath, [...tsx, "--role", "engine", "--sessions", String(SESSIONS), "--decode-ms-per-token", String(decodeMs)]);
-  const enginePort = (JSON.parse(await engine.firstLine) as { port: number }).port;
+  const { port: enginePort, zmq: engineZmq } = JSON.parse(await engine.firstLine) as { port: number; zmq: string };
   const procs: ChildProcess[] = [engine.proc];
   const e2e: Record<string, Map<string, number>> = {};
   const hop: Record<string, number[]> = {};
-  let proxyStats: ProxyStats | null = null;
+  const proxyStats: Record<string, ProxyStats> = {};
   const fixed = (url: string, headers: Record<string, string> = {}) => ({ url: () => url, headers: () => headers });
   const targets: Target[] = [];
   let nginx: Awaited<ReturnType<typeof startNginx>> = null;
-  let proxyProc: Child | null = null;
-  let stats = "";
+  const proxies: Record<string, { proc: Child; stats: string }> = {};
   try {
     if (want("direct")) targets.push({ name: "direct", ...fixed(`http://127.0.0.1:${enginePort}`) });
     nginx = want("passthrough") ? await startNginx(enginePort) : null;
@@ -117,25 +121,27 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
       procs.push(litellm.proc);
       targets.push({ name: "litellm", ...fixed(litellm.url, { authorization: "Bearer sk-bench" }) });
     } else if (want("litellm") && api === "openai") console.log("litellm: not available (pip install 'litellm[proxy]' or pass --litellm-bin)");
-    if (want("proxy")) {
-      stats = join(mkdtempSync(join(tmpdir(), "bench-proxy-")), "added.json");
+    // One proxy process per engine client (PROXY_PATHS), each against the same engine process.
+    for (const [name, client] of Object.entries(PROXY_PATHS)) {
+      if (!want(name)) continue;
+      const statsOut = join(mkdtempSync(join(tmpdir(), "bench-proxy-")), "added.json");
       const profDir = strArg("cpu-prof-dir", "");
       const prof = profDir ? ["--cpu-prof", `--cpu-prof-dir=${profDir}`] : [];
       // The flags `lego` runs the proxy with, then extra ones for this process only, e.g. --proxy-node-flags "--trace-gc".
       prof.push(...PROXY_NODE_FLAGS, ...strArg("proxy-node-flags", "").split(" ").filter(Boolean));
-      const p = child(process.execPath, [...prof, ...tsx, "--role", "proxy", "--engine-port", String(enginePort), "--sessions", String(SESSIONS), "--rounds", String(ROUNDS), "--stats-out", stats]);
+      const p = child(process.execPath, [...prof, ...tsx, "--role", "proxy", "--engine-port", String(enginePort), "--engine-client", client, "--engine-zmq", engineZmq, "--sessions", String(SESSIONS), "--rounds", String(ROUNDS), "--stats-out", statsOut]);
       procs.push(p.proc);
-      proxyProc = p;
+      proxies[name] = { proc: p, stats: statsOut };
       const { sessions } = JSON.parse(await p.firstLine) as { sessions: Array<{ url: string; secret: string }> };
-      targets.push({ name: "proxy", url: (s) => sessions[s]!.url, headers: (s): Record<string, string> => (api === "openai" ? { authorization: `Bearer ${sessions[s]!.secret}` } : { "x-api-key": sessions[s]!.secret }) });
+      targets.push({ name, url: (s) => sessions[s]!.url, headers: (s): Record<string, string> => (api === "openai" ? { authorization: `Bearer ${sessions[s]!.secret}` } : { "x-api-key": sessions[s]!.secret }) });
     }
     // Sessions 0..SESSIONS-1 warm every path up; round r uses sessions r*SESSIONS.. (new texts, and new proxy sessions).
     for (const t of targets) await drive(t, 0, toolMs, api);
     for (let round = 1; round <= ROUNDS; round++)
       for (const t of targets) {
-        if (t.name === "proxy") await proxyProc!.ask("measure");
+        await proxies[t.name]?.proc.ask("measure");
         const lat = await drive(t, round * SESSIONS, toolMs, api);
-        if (t.name === "proxy") await proxyProc!.ask("pause");
+        await proxies[t.name]?.proc.ask("pause");
         const all = (e2e[t.name] ??= new Map());
         for (const [k, v] of lat) all.set(k, v);
         const xs = [...lat.values()];
@@ -146,24 +152,26 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
       console.log(`${t.name.padEnd(12)} all rounds end-to-end n=${xs.length} p50=${pct(xs, 50).toFixed(2)}ms p99=${pct(xs, 99).toFixed(2)}ms`);
     }
     if (nginx) hop["passthrough"] = nginxAdded(nginx.log, SESSIONS * turnsPerSession());
-    if (proxyProc) {
-      const exited = new Promise((r) => proxyProc!.proc.once("exit", r));
-      proxyProc.proc.kill("SIGTERM");
+    for (const [name, { proc, stats: statsOut }] of Object.entries(proxies)) {
+      const exited = new Promise((r) => proc.proc.once("exit", r));
+      proc.proc.kill("SIGTERM");
       await exited;
-      proxyStats = JSON.parse(readFileSync(stats, "utf8")) as ProxyStats;
-      hop["proxy"] = proxyStats.added;
-      hop["proxy_with_engine_hop"] = proxyStats.added_with_hop;
-      if (proxyStats.unmatched > 0) console.log(`proxy        ${proxyStats.unmatched} measured requests had no engine call to subtract`);
-      console.log(`proxy        cpu ${proxyStats.cpu_ms_per_request} ms/request (system ${proxyStats.cpu_system_ms_per_request}), gc ${proxyStats.gc_ms_per_request} ms/request (${proxyStats.gc_count} pauses, longest ${proxyStats.gc_max_ms} ms)`);
+      const st = (proxyStats[name] = JSON.parse(readFileSync(statsOut, "utf8")) as ProxyStats);
+      hop[name] = st.added;
+      hop[`${name}_with_engine_hop`] = st.added_with_hop;
+      if (st.unmatched > 0) console.log(`${name.padEnd(12)} ${st.unmatched} measured requests had no engine call to subtract`);
+      console.log(`${name.padEnd(12)} cpu ${st.cpu_ms_per_request} ms/request (system ${st.cpu_system_ms_per_request}), gc ${st.gc_ms_per_request} ms/request (${st.gc_count} pauses, longest ${st.gc_max_ms} ms)`);
     }
   } finally {
     for (const p of procs) p.kill();
   }
   for (const [name, xs] of Object.entries(hop)) console.log(`${name.padEnd(12)} inside the hop p50=${pct(xs, 50).toFixed(2)}ms p99=${pct(xs, 99).toFixed(2)}ms`);
-  if (proxyStats)
-    console.log(`proxy        of which reading the body p50=${pct(proxyStats.body_ms, 50).toFixed(2)}ms p99=${pct(proxyStats.body_ms, 99).toFixed(2)}ms, parsing and planning p50=${pct(proxyStats.plan_ms, 50).toFixed(2)}ms p99=${pct(proxyStats.plan_ms, 99).toFixed(2)}ms`);
+  for (const [name, st] of Object.entries(proxyStats))
+    console.log(`${name.padEnd(12)} of which reading the body p50=${pct(st.body_ms, 50).toFixed(2)}ms p99=${pct(st.body_ms, 99).toFixed(2)}ms, parsing and planning p50=${pct(st.plan_ms, 50).toFixed(2)}ms p99=${pct(st.plan_ms, 99).toFixed(2)}ms`);
   const q = (xs: number[] | undefined, p: number) => (xs && xs.length ? pct(xs, p) : null);
-  const paths = ["proxy", "passthrough", "litellm"];
+  const paths = [...Object.keys(PROXY_PATHS), "passthrough", "litellm"];
+  const hops = [...Object.keys(PROXY_PATHS).flatMap((n) => [n, `${n}_with_engine_hop`]), "passthrough"];
+  const ps = (f: (st: ProxyStats) => number) => Object.fromEntries(Object.keys(PROXY_PATHS).map((n) => [n, proxyStats[n] ? f(proxyStats[n]) : null]));
   const paired = Object.fromEntries(paths.map((n) => [n, e2e[n] && e2e["direct"] ? pairedAdded(e2e[n], e2e["direct"]) : undefined]));
   const per = (f: (name: string) => number | null) => Object.fromEntries(paths.map((n) => [n, round(f(n))]));
   const result: WorkloadResult = {
@@ -172,16 +180,14 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
     paired_added_p50_ms: per((n) => q(paired[n], 50)),
     paired_added_p99_ms: per((n) => q(paired[n], 99)),
     paired_negative_share: per((n) => (paired[n]?.length ? paired[n]!.filter((x) => x < 0).length / paired[n]!.length : null)),
-    in_hop_p50_ms: Object.fromEntries(["proxy", "proxy_with_engine_hop", "passthrough"].map((n) => [n, round(q(hop[n], 50))])),
-    in_hop_p99_ms: Object.fromEntries(["proxy", "proxy_with_engine_hop", "passthrough"].map((n) => [n, round(q(hop[n], 99))])),
+    in_hop_p50_ms: Object.fromEntries(hops.map((n) => [n, round(q(hop[n], 50))])),
+    in_hop_p99_ms: Object.fromEntries(hops.map((n) => [n, round(q(hop[n], 99))])),
     direct_p50_ms: round(q(e2e["direct"] && [...e2e["direct"].values()], 50)),
-    proxy_cpu_ms_per_request: proxyStats?.cpu_ms_per_request ?? null,
-    proxy_cpu_system_ms_per_request: proxyStats?.cpu_system_ms_per_request ?? null,
-    proxy_gc_ms_per_request: proxyStats?.gc_ms_per_request ?? null,
-    proxy_gc_max_ms: proxyStats?.gc_max_ms ?? null,
-    proxy_phases_ms: proxyStats
-      ? { body_read: [round(pct(proxyStats.body_ms, 50))!, round(pct(proxyStats.body_ms, 99))!], plan: [round(pct(proxyStats.plan_ms, 50))!, round(pct(proxyStats.plan_ms, 99))!] }
-      : null,
+    proxy_cpu_ms_per_request: ps((st) => st.cpu_ms_per_request),
+    proxy_cpu_system_ms_per_request: ps((st) => st.cpu_system_ms_per_request),
+    proxy_gc_ms_per_request: ps((st) => st.gc_ms_per_request),
+    proxy_gc_max_ms: ps((st) => st.gc_max_ms),
+    proxy_phases_ms: Object.fromEntries(Object.entries(proxyStats).map(([n, st]) => [n, { body_read: [round(pct(st.body_ms, 50))!, round(pct(st.body_ms, 99))!], plan: [round(pct(st.plan_ms, 50))!, round(pct(st.plan_ms, 99))!] }])),
   };
   console.log(`${label.padEnd(12)} paired added p50/p99: ${paths.map((n) => `${n} ${result.paired_added_p50_ms[n]}/${result.paired_added_p99_ms[n]} ms`).join(", ")}`);
   return result;
@@ -213,7 +219,7 @@ async function driver(): Promise<void> {
       measure,
       sessions: SESSIONS,
       target_tokens: TARGET_TOKENS,
-      engine: "separate process over HTTP on every path (vLLM completions format for the proxy)",
+      engine: "one separate process for every path: HTTP (vLLM completions format for the proxy), and ZeroMQ for proxy_zmq",
       overhead_p50_ms: head.paired_added_p50_ms["proxy"],
       overhead_p99_ms: head.paired_added_p99_ms["proxy"],
       proxy_in_handler_with_engine_hop_p50_ms: head.in_hop_p50_ms["proxy_with_engine_hop"],
@@ -224,6 +230,11 @@ async function driver(): Promise<void> {
       litellm_workers: want("litellm") ? availableParallelism() : null,
       anthropic_overhead_p50_ms: anthropic?.paired_added_p50_ms["proxy"] ?? null,
       anthropic_overhead_p99_ms: anthropic?.paired_added_p99_ms["proxy"] ?? null,
+      // The second run: the same proxy over the ZeroMQ engine client, against the same engine process, in the same rounds.
+      zmq_overhead_p50_ms: head.paired_added_p50_ms["proxy_zmq"] ?? null,
+      zmq_overhead_p99_ms: head.paired_added_p99_ms["proxy_zmq"] ?? null,
+      anthropic_zmq_overhead_p50_ms: anthropic?.paired_added_p50_ms["proxy_zmq"] ?? null,
+      anthropic_zmq_overhead_p99_ms: anthropic?.paired_added_p99_ms["proxy_zmq"] ?? null,
       anthropic_vs_passthrough_p50: anthropic ? ratio(anthropic.paired_added_p50_ms["proxy"], anthropic.paired_added_p50_ms["passthrough"]) : null,
       ...results,
     }),
@@ -232,7 +243,7 @@ async function driver(): Promise<void> {
 
 const role = process.argv[process.argv.indexOf("--role") + 1];
 if (process.argv.includes("--role") && role === "engine") await engineRole(arg("decode-ms-per-token", 0));
-else if (process.argv.includes("--role") && role === "proxy") await proxyRole(arg("engine-port", 0), strArg("stats-out", ""));
+else if (process.argv.includes("--role") && role === "proxy") await proxyRole(arg("engine-port", 0), strArg("stats-out", ""), strArg("engine-client", "http") as EngineClientKind, strArg("engine-zmq", ""));
 else if (process.argv.includes("--role") && role === "driver") await driver();
 else {
   // The driver is the measuring instrument for every path: its own GC pauses (it

@@ -1,7 +1,7 @@
 /**
  * The proxy's process in the benchmark: the real ProxyServer calling the engine
- * process over HTTP in vLLM's format (the same engine process every other path
- * calls). Per measured request it records its in-handler time minus the engine
+ * process (the same engine process every other path calls) over HTTP in vLLM's
+ * format, or over ZeroMQ with the Python engine's protocol (ZmqEngine). Per measured request it records its in-handler time minus the engine
  * wait (the proxy's own work), and that plus its engine-client hop (handler time
  * minus the time the engine process itself held the request, from GET /held).
  */
@@ -9,7 +9,7 @@ import { writeFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { PerformanceObserver } from "node:perf_hooks";
 import type { EngineClient } from "../../engine/index.ts";
-import { VllmEngine } from "../../engine/index.ts";
+import { VllmEngine, ZmqEngine } from "../../engine/index.ts";
 import { loadProxyModel } from "../model.ts";
 import { ProxyServer } from "../server.ts";
 import { QWEN3_DIR } from "../test-support.ts";
@@ -57,12 +57,20 @@ function timedEngine(inner: EngineClient, done: (requestId: string, ms: number) 
     },
   };
 }
-/** Runs the proxy against the engine process on `enginePort`; writes the per-request figures to `statsOut` when terminated. */
-export async function proxyRole(enginePort: number, statsOut: string): Promise<void> {
+/** Which engine client the proxy calls the engine process with. */
+export type EngineClientKind = "http" | "zmq";
+
+/**
+ * Runs the proxy against the engine process on `enginePort` (HTTP; also where its held
+ * times are read) or, for `zmq`, its ZeroMQ endpoint `zmqAddress`; writes the
+ * per-request figures to `statsOut` when terminated.
+ */
+export async function proxyRole(enginePort: number, statsOut: string, client: EngineClientKind, zmqAddress: string): Promise<void> {
   const model = loadProxyModel(QWEN3_DIR);
   const engineUrl = `http://127.0.0.1:${enginePort}`;
   const engineMs = new Map<string, { requestId: string; waited: number }>();
-  const inner = new VllmEngine({ baseUrl: engineUrl, model: "bench" });
+  if (client !== "http" && client !== "zmq") throw new Error(`bench proxy: unknown engine client ${JSON.stringify(client)} (http or zmq)`);
+  const inner = client === "zmq" ? new ZmqEngine({ address: zmqAddress, model: "bench" }) : new VllmEngine({ baseUrl: engineUrl, model: "bench" });
   // The engine's share of a request: the time its stream kept the proxy waiting (keyed by session; one call in flight per session).
   const engine = timedEngine(inner, (requestId, waited) => engineMs.set(requestId.slice(0, requestId.lastIndexOf("/turn-")), { requestId, waited }));
   const added: number[] = [];
