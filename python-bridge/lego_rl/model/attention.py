@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import Config
+from .derived import DerivedWeights
 
 
 def rms_normalized(x_xD: torch.Tensor, eps: float) -> torch.Tensor:
@@ -412,6 +413,7 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, config.hidden_size, bias=bias)
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        self._derived = DerivedWeights()
 
     def _project(
         self, x_TD: torch.Tensor, cos_TDh: torch.Tensor, sin_TDh: torch.Tensor
@@ -423,11 +425,16 @@ class Attention(nn.Module):
         rotations (HF's order), in a third of the ops, which dominate at decode sizes.
         """
         T, H, G, Dh = x_TD.shape[0], self.n_heads, self.n_kv, self.head_dim
-        w = torch.cat((self.q_proj.weight, self.k_proj.weight, self.v_proj.weight))
-        b = None if self.q_proj.bias is None else torch.cat((self.q_proj.bias, self.k_proj.bias, self.v_proj.bias))
+        # Under inference mode the fused weights are kept between steps (derived.py).
+        q, k, v = self.q_proj, self.k_proj, self.v_proj
+        w = self._derived.get("qkv", (q.weight, k.weight, v.weight), lambda: torch.cat((q.weight, k.weight, v.weight)))
+        b = None
+        if q.bias is not None:
+            b = self._derived.get("qkv_bias", (q.bias, k.bias, v.bias), lambda: torch.cat((q.bias, k.bias, v.bias)))
         qkv_TND = F.linear(x_TD, w, b).view(T, H + 2 * G, Dh)
         # q_norm and k_norm share eps (config.rms_norm_eps); each keeps its own weight.
-        norm_weight_NDh = torch.cat((self.q_norm.weight.expand(H, Dh), self.k_norm.weight.expand(G, Dh)))
+        qn, kn = self.q_norm.weight, self.k_norm.weight
+        norm_weight_NDh = self._derived.get("qk_norm", (qn, kn), lambda: torch.cat((qn.expand(H, Dh), kn.expand(G, Dh))))
         qk_TNDh = _apply_rope(norm_weight_NDh * rms_normalized(qkv_TND[:, : H + G], self.q_norm.eps), cos_TDh, sin_TDh)
         return qk_TNDh[:, :H], qk_TNDh[:, H:], qkv_TND[:, H + G :]
 

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import Config
+from .derived import DerivedWeights
 
 
 class RoutingShapeError(ValueError):
@@ -348,6 +349,24 @@ class MoeBlock(nn.Module):
         # Set by expert_parallel.shard_experts: (x_TD, idx_TK, w_TK) -> y_TD with the experts
         # sharded over ranks. None runs every expert here.
         self.expert_exchange: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+        self._derived = DerivedWeights()
+
+    def slotted_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(gate_up [E, 2F, D], down [E, D, F]) for `slotted_swiglu`'s two batched GEMMs.
+
+        Those GEMMs multiply by each weight transposed. torch's CPU bmm runs ~1.7x faster when
+        that transposed operand is contiguous (2-core VM, torch 2.15, a 32-sequence decode step
+        of the tiny model: 77 -> 46 us and 42 -> 24 us per call), so on CPU under inference
+        mode (the engine's decode) these are same-valued copies stored transposed, kept
+        until a weight changes (derived.py). Training and other devices get the parameters.
+        """
+        gate_up, down = self.experts.gate_up_proj, self.experts.down_proj
+        if gate_up.device.type != "cpu" or not torch.is_inference_mode_enabled():
+            return gate_up, down
+        return (
+            self._derived.get("gate_up", (gate_up,), lambda: gate_up.detach().transpose(1, 2).contiguous().transpose(1, 2)),
+            self._derived.get("down", (down,), lambda: down.detach().transpose(1, 2).contiguous().transpose(1, 2)),
+        )
 
     def forward(self, x_TD: torch.Tensor, replay_TK: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(y_TD, idx_TK): output and the experts each token used (chosen or replayed)."""
@@ -358,7 +377,7 @@ class MoeBlock(nn.Module):
         elif prefers_all_experts(x_TD.shape[0], self.num_experts, self.top_k, down.shape[2], down.shape[1]):
             y_TD = all_experts_swiglu(x_TD, idx_TK, w_TK, gate_up, down)
         else:
-            slotted_TD = slotted_swiglu(x_TD, idx_TK, w_TK, gate_up, down)
+            slotted_TD = slotted_swiglu(x_TD, idx_TK, w_TK, *self.slotted_weights())
             if slotted_TD is not None:
                 y_TD = slotted_TD
             else:
