@@ -20,8 +20,10 @@ import { JsonLineProcess, PYTHON } from "../json-line-process.ts";
 const LEGO = join(REPO_ROOT, "ts/bin/lego");
 
 /** Training demonstrations and evaluation tasks come from different seeds of the family, never the same tasks. */
-export const DEMO_TASKS = "easy:seed=101,count=48";
-export const EVAL_TASKS = "easy:seed=7,count=40";
+export const DEMO_TASKS = "easy:seed=101,count=48,template=comparison";
+export const EVAL_TASKS = "easy:seed=7,count=40,template=comparison";
+/** Demonstrations are the gold fix said with the edit tool: what the instruction determines, no file read first. */
+export const DEMO_ENGINE = "scripted-edit";
 
 export class WarmStartError extends Error {}
 
@@ -37,7 +39,7 @@ export function defaultCacheRoot(home = homedir()): string {
 }
 
 export function demonstrationsDir(cacheRoot: string, tasks: string): string {
-  return join(cacheRoot, "demos", "reference-scripted-gold", tasks.replace(/[^A-Za-z0-9_.-]+/g, "_"));
+  return join(cacheRoot, "demos", `reference-${DEMO_ENGINE}`, tasks.replace(/[^A-Za-z0-9_.-]+/g, "_"));
 }
 
 /** The cached demonstrations of `tasks` (a receiver spool), generated first if absent. */
@@ -48,13 +50,13 @@ export async function ensureDemonstrations(opts: { cacheRoot: string; tasks: str
   const partial = `${dir}.partial-${process.pid}`;
   rmSync(partial, { recursive: true, force: true });
   mkdirSync(partial, { recursive: true });
-  opts.log?.(`generating demonstrations (${opts.tasks}, reference harness, scripted-gold engine) into ${dir}`);
+  opts.log?.(`generating demonstrations (${opts.tasks}, reference harness, ${DEMO_ENGINE} engine) into ${dir}`);
   const receiver = new JsonLineProcess("receiver", PYTHON, ["-m", "lego_rl.transport", "receive", "--bind", "tcp://127.0.0.1:*", "--spool", join(partial, "rx")]);
   let summary: Record<string, unknown>;
   try {
     const address = (await receiver.waitFor((e) => e.type === "listening", 30_000)).address as string;
     const { stdout } = await promisify(execFile)(LEGO, [
-      "rollout", "--tasks", opts.tasks, "--harness", "reference", "--engine", "scripted-gold", "--group-size", "1", "--concurrency", "2",
+      "rollout", "--tasks", opts.tasks, "--harness", "reference", "--engine", DEMO_ENGINE, "--group-size", "1", "--concurrency", "2",
       "--trainer", address, "--spool-dir", join(partial, "sender"), "--producer-id", "demo-demonstrations",
     ], { timeout: 1_800_000, maxBuffer: 1 << 26, cwd: REPO_ROOT });
     summary = JSON.parse(stdout.trim().split("\n").at(-1)!) as Record<string, unknown>;
@@ -62,12 +64,12 @@ export async function ensureDemonstrations(opts: { cacheRoot: string; tasks: str
     receiver.stop();
   }
   const shipped = summary.trajectoriesShipped as number;
-  const reward = (summary.rewardByHarness as Record<string, number>)["reference/scripted-gold"];
+  const reward = (summary.rewardByHarness as Record<string, number>)[`reference/${DEMO_ENGINE}`];
   // The gold solution must solve every task it replays; a demonstration set that does not is a broken task family.
   if (summary.droppedEnvErrors !== 0 || reward !== 1 || !shipped) {
     throw new WarmStartError(`demonstrations incomplete (kept in ${partial}): ${JSON.stringify({ shipped, reward, droppedEnvErrors: summary.droppedEnvErrors })}`);
   }
-  const manifest: DemonstrationsManifest = { tasks: opts.tasks, harness: "reference/scripted-gold", trajectories: shipped, createdAt: new Date().toISOString() };
+  const manifest: DemonstrationsManifest = { tasks: opts.tasks, harness: `reference/${DEMO_ENGINE}`, trajectories: shipped, createdAt: new Date().toISOString() };
   writeFileSync(join(partial, "manifest.json"), `${JSON.stringify(manifest, null, 2)}\n`);
   rmSync(join(partial, "sender"), { recursive: true, force: true });
   mkdirSync(join(dir, ".."), { recursive: true });
