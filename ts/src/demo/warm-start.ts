@@ -95,7 +95,7 @@ function python(args: string[], what: string): string {
 }
 
 /** The tiny randomly initialised MoE with the Qwen3 vocabulary, then SFT on the demonstrations into workDir/warm-start. */
-export function warmStart(opts: { workDir: string; demonstrations: string; steps: number; seed?: number }): SftSummary {
+export function warmStart(opts: { workDir: string; demonstrations: string; steps: number; lr?: number; batch?: number; seed?: number }): SftSummary {
   const base = join(opts.workDir, "tiny-qwen3");
   if (!existsSync(join(base, "config.json"))) {
     python(["-m", "lego_rl.model.tiny", "--out", base, "--tokenizer", "qwen3", "--seed", String(opts.seed ?? 0)], "building the tiny model");
@@ -103,6 +103,7 @@ export function warmStart(opts: { workDir: string; demonstrations: string; steps
   const out = join(opts.workDir, "warm-start");
   rmSync(out, { recursive: true, force: true });
   const stdout = python(["-m", "lego_rl.trainer.sft", "--spool", join(opts.demonstrations, "rx"), "--model-dir", base, "--out", out,
-    "--steps", String(opts.steps), "--seed", String(opts.seed ?? 0)], "the supervised warm start");
+    "--steps", String(opts.steps), "--seed", String(opts.seed ?? 0),
+    ...(opts.lr === undefined ? [] : ["--lr", String(opts.lr)]), ...(opts.batch === undefined ? [] : ["--batch", String(opts.batch)])], "the supervised warm start");
   return JSON.parse(stdout.trim().split("\n").at(-1)!) as SftSummary;
 }
