@@ -14,7 +14,7 @@ import { referenceHarness } from "./reference.ts";
 import type { Harness } from "./types.ts";
 
 export type { Harness, HarnessLimits, HarnessSession } from "./types.ts";
-export { ANSWER_AT_ONCE, ENGINES, SIDE_REPLY, goldScript, HarnessEngineError, scriptedHarnessEngine, toolCall, type ToolNames } from "./engines.ts";
+export { ANSWER_AT_ONCE, ENGINES, SIDE_REPLY, editScript, goldScript, HarnessEngineError, scriptedHarnessEngine, toolCall, type ToolNames } from "./engines.ts";
 export { proxiedLauncher, QWEN3_DIR, rolloutSession, SERVED_MODEL, type ProxiedLauncherConfig } from "./launcher.ts";
 export { DEFAULT_POLICY_SAMPLING, isEngineAddress, PolicyEngine, PolicyEngineError, type PolicyEngineConfig, type PolicySampling } from "./policy-engine.ts";
 export { referenceHarness } from "./reference.ts";

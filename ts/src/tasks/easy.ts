@@ -24,6 +24,12 @@ export interface EasyConfig {
    * the instruction, so a tiny model can learn it without reading the file.
    */
   templates?: readonly string[];
+  /**
+   * Only this module name (default: any of the family's). With `comparison` the fix is then
+   * one fixed edit of one fixed file: the demo's task, a short action a tiny model can learn
+   * on CPU in minutes (docs/demo.md says what that does and does not show).
+   */
+  module?: string;
 }
 
 export const DEFAULT_EASY: EasyConfig = { seed: 0, count: 2000 };
@@ -146,13 +152,15 @@ export function easyFamily(cfg: EasyConfig): { commits: CommitSpec[]; records: (
   const rng = new Rng(cfg.seed);
   const templates = cfg.templates ? [...new Set(cfg.templates)].sort() : Object.keys(TEMPLATES).sort();
   const unknown = templates.filter((t) => !(t in TEMPLATES));
+  if (cfg.module !== undefined && !(MODULES as readonly string[]).includes(cfg.module))
+    throw new EasyConfigError(`unknown easy module ${JSON.stringify(cfg.module)} (known: ${MODULES.join(", ")})`);
   if (unknown.length || !templates.length) throw new EasyConfigError(`unknown easy template(s) ${JSON.stringify(unknown)} (known: ${Object.keys(TEMPLATES).sort().join(", ")})`);
   const commits: CommitSpec[] = [{ branch: "env", message: "easy family: environment\n", files: ENV_FILES }];
   const made: Array<Variant & { id: string; split: "train" | "test" }> = [];
   for (let i = 0; i < cfg.count; i++) {
     const split = rng.next() < 0.2 ? "test" : "train";
     const fn = rng.pick(split === "test" ? TEST_NAMES : TRAIN_NAMES);
-    const module = rng.pick(MODULES);
+    const module = cfg.module ?? rng.pick(MODULES);
     const helper = rng.pick(HELPERS);
     const template = templates[i % templates.length]!;
     const v = TEMPLATES[template]!(rng, fn, module, helper);

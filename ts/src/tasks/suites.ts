@@ -1,6 +1,6 @@
 /**
  * Suites named by a word instead of a path:
- *   easy[:seed=N,count=M,template=T+U]  generated on first use from the seed (easy.ts), cached;
+ *   easy[:seed=N,count=M,template=T+U,module=NAME]  generated on first use from the seed (easy.ts), cached;
  *   builtin                mined from real projects by `lego tasks mine` (mine.ts), cached.
  * Each lives in the cache as tasks.jsonl + repos/, the same layout `lego tasks export` writes.
  */
@@ -8,7 +8,7 @@ import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { TasksConfig } from "./config.ts";
 import { TaskSourceError } from "./errors.ts";
-import { DEFAULT_EASY, EASY_REPO, EASY_TEMPLATES, easyFamily, type EasyConfig } from "./easy.ts";
+import { DEFAULT_EASY, EASY_NAMES, EASY_REPO, EASY_TEMPLATES, easyFamily, type EasyConfig } from "./easy.ts";
 import { writeRepo } from "./git.ts";
 import { writeOnce } from "./materialize.ts";
 import { formatSweBenchJsonl } from "./swebench.ts";
@@ -43,7 +43,12 @@ function easyConfig(options: Record<string, string>, spec: string): EasyConfig {
       cfg.templates = [...new Set(names)].sort();
       continue;
     }
-    if (k !== "seed" && k !== "count") throw new TaskSourceError(spec, k, "unknown easy option (seed, count, template)");
+    if (k === "module") {
+      if (!(EASY_NAMES.modules as readonly string[]).includes(v)) throw new TaskSourceError(spec, k, `unknown module ${v} (known: ${EASY_NAMES.modules.join(", ")})`);
+      cfg.module = v;
+      continue;
+    }
+    if (k !== "seed" && k !== "count") throw new TaskSourceError(spec, k, "unknown easy option (seed, count, template, module)");
     const n = Number(v);
     if (!Number.isInteger(n) || n < (k === "count" ? 1 : 0)) throw new TaskSourceError(spec, k, `expected a ${k === "count" ? "positive" : "non-negative"} integer, got '${v}'`);
     cfg[k as "seed" | "count"] = n;
@@ -54,7 +59,7 @@ function easyConfig(options: Record<string, string>, spec: string): EasyConfig {
 /** The easy suite's tasks.jsonl, generated into the cache if it is not there yet. */
 export async function easySuite(cfg: TasksConfig, options: Record<string, string> = {}): Promise<string> {
   const easy = easyConfig(options, `easy:${Object.entries(options).map(([k, v]) => `${k}=${v}`).join(",")}`);
-  const only = easy.templates ? `-${easy.templates.join("+")}` : "";
+  const only = (easy.templates ? `-${easy.templates.join("+")}` : "") + (easy.module ? `-m${easy.module}` : "");
   const dir = join(cfg.cacheDir, "suites", `easy-${EASY_RECIPE}-s${easy.seed}-n${easy.count}${only}`);
   writeOnce(dir, (tmp) => {
     const family = easyFamily(easy);
