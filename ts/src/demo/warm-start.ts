@@ -3,7 +3,7 @@
  * harness's exact format, then a short supervised pass on the tiny Qwen3-vocabulary MoE.
  *
  * Demonstrations are real rollouts: `lego rollout --harness reference --engine
- * scripted-gold` in Docker sandboxes, through the proxy, shipped to a real receiver,
+ * scripted-edit` in Docker sandboxes, through the proxy, shipped to a real receiver,
  * so the token ids trained on are exactly what the proxy recorded (chat template,
  * tool-call format, tool outputs) and what the policy would have to emit. They are
  * generated on first use and cached under ~/.cache/lego-rl/demos (never committed);
