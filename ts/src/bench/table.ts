@@ -36,6 +36,7 @@ const HEADLINES: Record<string, string[]> = {
   sandbox: ["start_p50_ms", "vs_docker_run", "vs_docker_run_with_removal", "leaked"],
   disk_quota: ["added_p50_ms", "leaked"],
   tasks: ["tasks_per_min", "healthy", "tasks"],
+  rollout: ["rollouts_per_min_c16", "vs_bare_cycle_c16", "vs_bare_cycle_c8", "vs_bare_cycle_c32"],
   harness: ["reference_overhead_s", "claude_overhead_s", "openhands_overhead_s", "mini_swe_agent_overhead_s", "sandbox_cycle_s"],
 };
 

@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { EngineClient } from "../engine/index.ts";
-import { loadProxyModel, ProxyServer, type ProxyModel, type SessionRecords } from "../proxy/index.ts";
+import { loadProxyModel, ProxyServer, type ProxyModel, type RequestEnd, type SessionRecords } from "../proxy/index.ts";
 import type { SessionRecords as RolloutSessionRecords } from "../rollout/index.ts";
 import { FORWARDER_PORT, type TaskDefinition } from "../sandbox/index.ts";
 import type { RoutingShape } from "../schema/index.ts";
@@ -37,6 +37,8 @@ export interface ProxiedLauncherConfig {
   maxTokens?: number;
   /** Told each rollout's session records (tests check them token for token). */
   onRecords?: (rolloutId: string, records: SessionRecords) => void;
+  /** Told when each of a rollout's proxy requests ends (bench:rollout splits its time with it). */
+  onRequestEnd?: (rolloutId: string, e: RequestEnd) => void;
 }
 
 /** The proxy's session records as the rollout worker's Trajectory needs them. */
@@ -64,7 +66,10 @@ export function proxiedLauncher(config: ProxiedLauncherConfig): AgentLauncher & 
       const engineFailures: string[] = [];
       const proxy = await ProxyServer.start({
         model, engine, servedModels: ["*"], ...(config.maxTokens !== undefined ? { maxTokens: config.maxTokens } : {}),
-        onRequestEnd: (e) => void (e.status >= 500 && engineFailures.push(`${e.path} answered ${e.status}`)),
+        onRequestEnd: (e) => {
+          if (e.status >= 500) engineFailures.push(`${e.path} answered ${e.status}`);
+          config.onRequestEnd?.(rolloutId, e);
+        },
       }, { socketPath });
       const session = proxy.createSession(rolloutId.replace(/[^A-Za-z0-9_.-]/g, "_"));
       let records: SessionRecords | null = null;

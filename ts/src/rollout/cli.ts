@@ -12,21 +12,36 @@ import { PolicyEngineError } from "../harness/index.ts";
 import { Sender } from "../transport/index.ts";
 import { WorkerConfigError, buildWorkerConfig, readWorkerConfigFile, type WorkerConfig } from "./config.ts";
 import { RolloutEvents } from "./events.ts";
+import { mixedLauncher, parseHarnessMix, type HarnessShare } from "./harness-mix.ts";
 import { RolloutRunner } from "./runner.ts";
+import { ProgressView } from "./progress.ts";
 import { SummaryCollector, formatSummary, jsonLines } from "./summary.ts";
 import { runWorkerLoop } from "./worker.ts";
 
-async function launcherFor(cfg: WorkerConfig): Promise<AgentLauncher> {
-  if (cfg.harness === "oracle") return oracleAgent;
-  if (cfg.harness === "empty") return emptyAgent;
+async function singleLauncher(cfg: WorkerConfig, harness: string): Promise<AgentLauncher> {
+  if (harness === "oracle") return oracleAgent;
+  if (harness === "empty") return emptyAgent;
   return harnessLauncher({
-    harness: cfg.harness, engine: cfg.engine!, modelDir: cfg.modelDir,
+    harness, engine: cfg.engine!, modelDir: cfg.modelDir,
     sampling: { temperature: cfg.temperature, maxTokensPerTurn: cfg.maxTokensPerTurn }, limits: { maxTurns: cfg.maxTurns },
   });
 }
 
+/** One launcher per harness of `--harness` (a name, or a mix NAME=WEIGHT,…). */
+async function launcherFor(cfg: WorkerConfig): Promise<AgentLauncher> {
+  const shares = parseHarnessMix(cfg.harness);
+  const entries: { share: HarnessShare; launcher: AgentLauncher }[] = [];
+  try {
+    for (const share of shares) entries.push({ share, launcher: await singleLauncher(cfg, share.name) });
+  } catch (e) {
+    await Promise.all(entries.map((x) => x.launcher.close?.()));
+    throw e;
+  }
+  return shares.length === 1 ? entries[0]!.launcher : mixedLauncher(entries);
+}
+
 /** Runs the worker with a built config; returns the summary (also printed). */
-export async function runRollout(cfg: WorkerConfig, io: { tty: boolean; out: (s: string) => void; err: (s: string) => void }) {
+export async function runRollout(cfg: WorkerConfig, io: { tty: boolean; out: (s: string) => void; err: (s: string) => void; progress?: NodeJS.WritableStream }) {
   const { tasks: all } = await openTaskSource(cfg.tasks, defaultTasksConfig());
   const tasks = cfg.limit ? all.slice(0, cfg.limit) : all;
   const launcher = await launcherFor(cfg);
@@ -37,8 +52,11 @@ export async function runRollout(cfg: WorkerConfig, io: { tty: boolean; out: (s:
   }
   const events = new RolloutEvents();
   const collector = new SummaryCollector(events);
-  if (io.tty) events.subscribe((e) => e.kind === "group_shipped" && io.err(`group ${e.groupId}: ${e.trajectories} shipped, ${e.droppedEnvErrors} dropped\n`));
-  else jsonLines(events, io.out);
+  // A terminal gets progress bars (and the log above them); anything else one JSON line per event.
+  const progress = io.tty && io.progress ? new ProgressView(events, { groups: tasks.length, rollouts: tasks.length * cfg.groupSize }, io.progress) : null;
+  const err = progress ? (s: string) => progress.log(s) : io.err;
+  if (!io.tty) jsonLines(events, io.out);
+  else if (!progress) events.subscribe((e) => e.kind === "group_shipped" && io.err(`group ${e.groupId}: ${e.trajectories} shipped, ${e.droppedEnvErrors} dropped\n`));
   // Ids are unique per run, so a restarted worker never collides with what it shipped before.
   const runId = `${cfg.producerId}-${Date.now().toString(36)}${randomBytes(2).toString("hex")}`;
   const sender = new Sender({ address: cfg.trainer, spoolDir: cfg.spoolDir, producerId: cfg.producerId });
@@ -47,15 +65,17 @@ export async function runRollout(cfg: WorkerConfig, io: { tty: boolean; out: (s:
   try {
     result = await runWorkerLoop(tasks, { runner, launcher, sink: sender, events }, {
       groupSize: cfg.groupSize, concurrency: cfg.concurrency, maxAttempts: cfg.maxAttempts, runId, routing: launcher.routing ?? null,
-      staleness: { maxStaleness: cfg.maxStaleness }, samplingVersion: launcher.samplingVersion?.bind(launcher), log: (l) => io.err(`${l}\n`),
+      staleness: { maxStaleness: cfg.maxStaleness }, lengthPolicy: { maxSequenceTokens: cfg.maxSequenceTokens, overLength: cfg.overLength }, samplingVersion: launcher.samplingVersion?.bind(launcher), log: (l) => err(`${l}\n`),
     });
     await sender.drain(cfg.drainTimeoutMs);
   } finally {
+    progress?.stop();
     await runner.close();
     await launcher.close?.();
     await sender.close();
   }
-  const summary = { ...collector.summary(), runId, sender: sender.stats(), listenerErrors: events.listenerErrors.length };
+  // The run's settings ride along, so a summary says how it was produced.
+  const summary = { ...collector.summary(), runId, sender: sender.stats(), listenerErrors: events.listenerErrors.length, config: cfg };
   if (io.tty) io.err(`${formatSummary(summary)}\n`);
   io.out(`${JSON.stringify({ event: "summary", ...summary, result })}\n`);
   return summary;
@@ -68,7 +88,7 @@ export const rolloutCommand: LegoCommand = {
     y
       .option("config", { type: "string", describe: "TOML file with the same fields (snake_case); flags override it" })
       .option("tasks", { type: "string", describe: "task source (directory, .jsonl, task list, suite name)" })
-      .option("harness", { type: "string", describe: "oracle, empty, or a registered harness adapter" })
+      .option("harness", { type: "string", describe: "oracle, empty, a registered harness adapter, or a mix NAME=WEIGHT,… (weights add up to 1; one harness per group)" })
       .option("engine", { type: "string", describe: "engine behind the harness's proxy session: scripted-gold, scripted-edit, answer-at-once, or a real engine's tcp://HOST:PORT (python -m lego_rl.engine)" })
       .option("model-dir", { type: "string", describe: "with an engine address: the model directory the engine serves (tokenizer, chat template)" })
       .option("temperature", { type: "number", describe: "with an engine address: sampling temperature of every turn (default 1)" })
@@ -82,10 +102,15 @@ export const rolloutCommand: LegoCommand = {
       .option("warm-pool", { type: "number", describe: "warm containers per image and stage (default 0)" })
       .option("spool-dir", { type: "string", describe: "the sender's durable spool" })
       .option("producer-id", { type: "string", describe: "this worker's stable name" })
-      .option("limit", { type: "number", describe: "only the first N tasks" }),
+      .option("limit", { type: "number", describe: "only the first N tasks" })
+      .option("max-sequence-tokens", { type: "number", describe: "the trainer's maximum sequence (tokens per segment); longer trajectories meet --over-length" })
+      .option("over-length", { type: "string", describe: "drop (default; logged with the reason) or truncate (segments and their loss mask cut to the bound)" }),
   handler: async (a) => {
     try {
-      await runRollout(configFrom(a), { tty: process.stdout.isTTY === true, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) });
+      await runRollout(configFrom(a), {
+        tty: process.stdout.isTTY === true, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s),
+        ...(process.stderr.isTTY ? { progress: process.stderr } : {}),
+      });
     } catch (e) {
       // A bad flag or config file is the operator's to fix: say which, without a stack trace.
       if (!(e instanceof WorkerConfigError || e instanceof PolicyEngineError)) throw e;
@@ -101,5 +126,6 @@ function configFrom(a: Record<string, any>): WorkerConfig {
   return buildWorkerConfig(file, {
     tasks: a.tasks, harness: a.harness, engine: a.engine, modelDir: a["model-dir"], temperature: a.temperature, maxTokensPerTurn: a["max-tokens-per-turn"], maxTurns: a["max-turns"], groupSize: a["group-size"], concurrency: a.concurrency, trainer: a.trainer,
     maxStaleness: a["max-staleness"], maxAttempts: a["max-attempts"], warmPool: a["warm-pool"], spoolDir: a["spool-dir"], producerId: a["producer-id"], limit: a.limit,
+    maxSequenceTokens: a["max-sequence-tokens"], overLength: a["over-length"],
   } as Partial<WorkerConfig>);
 }

@@ -5,11 +5,13 @@
  */
 import { readFileSync } from "node:fs";
 import { parse } from "smol-toml";
+import { harnessMixSpec, parseHarnessMix } from "./harness-mix.ts";
+import { OVER_LENGTH_POLICIES, type OverLengthPolicy } from "./over-length.ts";
 
 export interface WorkerConfig {
   /** Task source (directory, .jsonl, task list, suite name), as `lego eval --tasks`. */
   tasks: string;
-  /** `oracle`, `empty`, or a registered harness adapter's name. */
+  /** `oracle`, `empty`, a registered harness adapter's name, or a mix `a=0.5,b=0.5` (harness-mix.ts; a TOML table `[harness]` in the file). */
   harness: string;
   /** Engine behind a harness's proxy session (required for adapters, unused by oracle/empty): a scripted engine's name or a real engine's tcp://HOST:PORT. */
   engine: string | null;
@@ -41,6 +43,10 @@ export interface WorkerConfig {
   drainTimeoutMs: number;
   /** Only the first N tasks (0 = all). */
   limit: number;
+  /** The trainer's maximum sequence (tokens per segment, one forward pass); null = no bound. */
+  maxSequenceTokens: number | null;
+  /** What happens to a trajectory over that bound: `drop` (with the reason logged) or `truncate` (loss mask cut with it). */
+  overLength: OverLengthPolicy;
 }
 
 export const DEFAULT_WORKER_CONFIG: Omit<WorkerConfig, "tasks" | "harness" | "trainer"> = {
@@ -58,6 +64,8 @@ export const DEFAULT_WORKER_CONFIG: Omit<WorkerConfig, "tasks" | "harness" | "tr
   producerId: "rollout",
   drainTimeoutMs: 120_000,
   limit: 0,
+  maxSequenceTokens: null,
+  overLength: "drop",
 };
 
 export class WorkerConfigError extends Error {
@@ -65,9 +73,9 @@ export class WorkerConfigError extends Error {
 }
 
 /** TOML key → field, with the value's kind. */
-const FIELDS: Record<string, { key: keyof WorkerConfig; kind: "string" | "int" | "int?" | "string?" | "number" }> = {
+const FIELDS: Record<string, { key: keyof WorkerConfig; kind: "string" | "int" | "int?" | "string?" | "number" | "mix" }> = {
   tasks: { key: "tasks", kind: "string" },
-  harness: { key: "harness", kind: "string" },
+  harness: { key: "harness", kind: "mix" },
   engine: { key: "engine", kind: "string?" },
   model_dir: { key: "modelDir", kind: "string?" },
   temperature: { key: "temperature", kind: "number" },
@@ -83,6 +91,8 @@ const FIELDS: Record<string, { key: keyof WorkerConfig; kind: "string" | "int" |
   producer_id: { key: "producerId", kind: "string" },
   drain_timeout_ms: { key: "drainTimeoutMs", kind: "int" },
   limit: { key: "limit", kind: "int" },
+  max_sequence_tokens: { key: "maxSequenceTokens", kind: "int?" },
+  over_length: { key: "overLength", kind: "string" },
 };
 
 /** Reads a TOML config file; every key must be a known field of the right type. */
@@ -97,6 +107,15 @@ export function readWorkerConfigFile(file: string): Partial<WorkerConfig> {
   for (const [k, v] of Object.entries(doc)) {
     const f = FIELDS[k];
     if (!f) throw new WorkerConfigError(`${file}: unknown key ${JSON.stringify(k)} (known: ${Object.keys(FIELDS).join(", ")})`);
+    if (f.kind === "mix" && typeof v === "object" && v !== null && !Array.isArray(v)) {
+      // `[harness]` with NAME = WEIGHT lines: the same mix as the flag's string.
+      try {
+        out[f.key] = harnessMixSpec(v as Record<string, unknown>);
+      } catch (e) {
+        throw new WorkerConfigError(`${file}: ${(e as Error).message}`);
+      }
+      continue;
+    }
     const ok = f.kind === "number" ? typeof v === "number" : f.kind.startsWith("int") ? Number.isInteger(v) : typeof v === "string";
     if (!ok) throw new WorkerConfigError(`${file}: ${k} must be ${f.kind === "number" ? "a number" : f.kind.startsWith("int") ? "an integer" : "a string"}, got ${JSON.stringify(v)}`);
     out[f.key] = v;
@@ -114,9 +133,18 @@ export function buildWorkerConfig(file: Partial<WorkerConfig>, flags: Partial<Wo
     const v = cfg[k as keyof typeof positive];
     if (!Number.isInteger(v) || v < 1) throw new WorkerConfigError(`--${flag} must be a positive integer, got ${v}`);
   }
+  if (cfg.maxSequenceTokens !== null && (!Number.isInteger(cfg.maxSequenceTokens) || cfg.maxSequenceTokens < 1)) throw new WorkerConfigError(`--max-sequence-tokens must be a positive integer, got ${cfg.maxSequenceTokens}`);
+  if (!(OVER_LENGTH_POLICIES as readonly string[]).includes(cfg.overLength)) throw new WorkerConfigError(`--over-length must be ${OVER_LENGTH_POLICIES.join(" or ")}, got ${JSON.stringify(cfg.overLength)}`);
   if (cfg.maxStaleness !== null && (!Number.isInteger(cfg.maxStaleness) || cfg.maxStaleness < 0)) throw new WorkerConfigError(`--max-staleness must be a non-negative integer, got ${cfg.maxStaleness}`);
   if (!/^(tcp|ipc):\/\//.test(cfg.trainer)) throw new WorkerConfigError(`--trainer must be a tcp:// or ipc:// address, got ${cfg.trainer}`);
-  if (!["oracle", "empty"].includes(cfg.harness) && !cfg.engine) throw new WorkerConfigError(`--harness ${cfg.harness} needs --engine`);
+  let shares;
+  try {
+    shares = parseHarnessMix(cfg.harness);
+  } catch (e) {
+    throw new WorkerConfigError((e as Error).message);
+  }
+  const proxied = shares.filter((h) => !["oracle", "empty"].includes(h.name));
+  if (proxied.length && !cfg.engine) throw new WorkerConfigError(`--harness ${proxied.map((h) => h.name).join(", ")} needs --engine`);
   if (!(typeof cfg.temperature === "number" && cfg.temperature > 0)) throw new WorkerConfigError(`--temperature must be > 0, got ${cfg.temperature}`);
   // A real engine's address needs the model it serves: the proxy tokenizes with it.
   if (cfg.engine && /^(tcp|ipc):\/\//.test(cfg.engine) && !cfg.modelDir) throw new WorkerConfigError(`--engine ${cfg.engine} needs --model-dir (the model directory the engine serves)`);

@@ -18,10 +18,22 @@ export interface RunSummary {
   droppedEnvErrors: number;
   retries: number;
   statuses: Record<string, number>;
+  /** Final statuses of each harness's rollouts (a mixed run's failures by harness). */
+  statusesByHarness: Record<string, Record<string, number>>;
   /** Env-error kinds over every attempt (retried ones included). */
   envErrors: Record<string, number>;
   rewardByTaskHarness: RewardCell[];
   rewardByHarness: Record<string, number>;
+  /** Failures by type: statuses other than ok, env-error kinds of final attempts, over-length drops. */
+  failures: Record<string, number>;
+  /** Defense flags raised, by flag (a flagged rollout usually scores 0). */
+  defenseFlags: Record<string, number>;
+  /** Finished rollouts and shipped trajectories per minute of the run's wall time. */
+  throughput: { rolloutsPerMin: number; trajectoriesPerMin: number };
+  /** Mean seconds per rollout in each sandbox stage (final attempts). */
+  stageS: { setup: number; agent: number; grading: number };
+  /** Trajectories longer than the trainer's maximum sequence, by what the policy did (never cut silently). */
+  overLength: { dropped: number; truncated: number };
   pausedForStaleness: number;
   /** Shipped trajectories with a turn sampled more than --max-staleness behind the trainer. */
   overStalenessBound: number;
@@ -30,6 +42,7 @@ export interface RunSummary {
 
 export class SummaryCollector {
   private readonly statuses: Record<string, number> = {};
+  private readonly statusesByHarness: Record<string, Record<string, number>> = {};
   private readonly envErrors: Record<string, number> = {};
   private readonly rewards = new Map<string, { task: string; harness: string; sum: number; n: number }>();
   private readonly byHarness = new Map<string, { sum: number; n: number }>();
@@ -38,6 +51,11 @@ export class SummaryCollector {
   private dropped = 0;
   private retries = 0;
   private pauses = 0;
+  private readonly overLength = { dropped: 0, truncated: 0 };
+  private readonly failures: Record<string, number> = {};
+  private readonly flags: Record<string, number> = {};
+  private readonly stageMs = { setup: 0, agent: 0, grading: 0 };
+  private finished = 0;
   private stale = 0;
   private readonly t0 = performance.now();
 
@@ -48,6 +66,15 @@ export class SummaryCollector {
   private add(e: RolloutEvent): void {
     if (e.kind === "rollout_finished") {
       this.statuses[e.status] = (this.statuses[e.status] ?? 0) + 1;
+      const mine = (this.statusesByHarness[e.harness] ??= {});
+      mine[e.status] = (mine[e.status] ?? 0) + 1;
+      this.finished += 1;
+      if (e.status !== "ok") {
+        const kind = e.status === "env_error" ? `env_error:${e.envError?.split(":")[0] ?? "unknown"}` : e.status;
+        this.failures[kind] = (this.failures[kind] ?? 0) + 1;
+      }
+      for (const f of e.defenseFlags ?? []) this.flags[f] = (this.flags[f] ?? 0) + 1;
+      for (const s of ["setup", "agent", "grading"] as const) this.stageMs[s] += e.stageMs?.[s] ?? 0;
       if (e.status === "env_error") this.countEnvError(e.envError);
       if (e.reward === null) return;
       const key = `${e.taskId}\0${e.harness}`;
@@ -66,7 +93,11 @@ export class SummaryCollector {
       if (e.trajectories) this.groups += 1;
       this.shipped += e.trajectories;
       this.dropped += e.droppedEnvErrors;
-    } else if (e.kind === "paused_for_staleness") this.pauses += 1;
+    } else if (e.kind === "over_length") {
+      this.overLength[e.action] += 1;
+      if (e.action === "dropped") this.failures.over_length = (this.failures.over_length ?? 0) + 1;
+    }
+    else if (e.kind === "paused_for_staleness") this.pauses += 1;
     else if (e.kind === "over_staleness_bound") this.stale += 1;
   }
 
@@ -76,15 +107,24 @@ export class SummaryCollector {
   }
 
   summary(): RunSummary {
+    const min = (performance.now() - this.t0) / 60_000;
+    const perMin = (n: number) => Math.round((n / Math.max(min, 1e-9)) * 10) / 10;
+    const meanS = (ms: number) => Math.round(ms / Math.max(1, this.finished)) / 1000;
     return {
       groupsShipped: this.groups,
       trajectoriesShipped: this.shipped,
       droppedEnvErrors: this.dropped,
       retries: this.retries,
       statuses: { ...this.statuses },
+      statusesByHarness: Object.fromEntries(Object.entries(this.statusesByHarness).map(([h, v]) => [h, { ...v }])),
       envErrors: { ...this.envErrors },
       rewardByTaskHarness: [...this.rewards.values()].map((c) => ({ task: c.task, harness: c.harness, rollouts: c.n, meanReward: c.sum / c.n })),
       rewardByHarness: Object.fromEntries([...this.byHarness].map(([h, c]) => [h, c.sum / c.n])),
+      failures: { ...this.failures },
+      defenseFlags: { ...this.flags },
+      throughput: { rolloutsPerMin: perMin(this.finished), trajectoriesPerMin: perMin(this.shipped) },
+      stageS: { setup: meanS(this.stageMs.setup), agent: meanS(this.stageMs.agent), grading: meanS(this.stageMs.grading) },
+      overLength: { ...this.overLength },
       pausedForStaleness: this.pauses,
       overStalenessBound: this.stale,
       wallS: Math.round((performance.now() - this.t0) / 100) / 10,
@@ -94,12 +134,17 @@ export class SummaryCollector {
 
 /** A terminal-friendly table of the summary. */
 export function formatSummary(s: RunSummary): string {
-  const rows = s.rewardByTaskHarness.map((c) => `${c.task}  ${c.harness}  n=${c.rollouts}  reward=${c.meanReward.toFixed(3)}`);
   const kv = (o: Record<string, number>) => Object.entries(o).map(([k, v]) => `${k} ${v}`).join(", ") || "none";
+  const width = Math.max(4, ...s.rewardByTaskHarness.map((c) => c.task.length));
+  const rows = s.rewardByTaskHarness.map((c) => `  ${c.task.padEnd(width)}  ${c.harness}  n=${c.rollouts}  reward=${c.meanReward.toFixed(3)}`);
   return [
+    "reward by task and harness:",
     ...rows,
-    `${s.groupsShipped} groups, ${s.trajectoriesShipped} trajectories shipped; ${s.droppedEnvErrors} dropped after retries; ${s.retries} retries; ${s.wallS} s`,
-    `statuses: ${kv(s.statuses)}; env errors: ${kv(s.envErrors)}; reward by harness: ${Object.entries(s.rewardByHarness).map(([h, r]) => `${h} ${r.toFixed(3)}`).join(", ") || "none"}`,
+    `reward by harness: ${Object.entries(s.rewardByHarness).map(([h, r]) => `${h} ${r.toFixed(3)}`).join(", ") || "none"}`,
+    `${s.groupsShipped} groups, ${s.trajectoriesShipped} trajectories shipped; ${s.droppedEnvErrors} dropped after env-error retries; ${s.retries} retries; over length: ${s.overLength.dropped} dropped, ${s.overLength.truncated} truncated`,
+    `statuses: ${kv(s.statuses)}; by harness: ${Object.entries(s.statusesByHarness).map(([h, v]) => `${h} (${kv(v)})`).join("; ") || "none"}`,
+    `failures: ${kv(s.failures)}; env errors over all attempts: ${kv(s.envErrors)}; defense flags: ${kv(s.defenseFlags)}`,
+    `throughput: ${s.throughput.rolloutsPerMin} rollouts/min, ${s.throughput.trajectoriesPerMin} trajectories/min over ${s.wallS} s; per rollout: setup ${s.stageS.setup} s, agent ${s.stageS.agent} s, grading ${s.stageS.grading} s`,
   ].join("\n");
 }
 

@@ -12,6 +12,7 @@ import { ConcurrencyLimit, ensureBaseImage, ensureTaskImage, isSandboxEnvError, 
 import type { AgentLauncher, Task } from "../tasks/index.ts";
 import type { RolloutEvents } from "./events.ts";
 import type { RolloutRunner } from "./runner.ts";
+import { applyLengthPolicy, type LengthPolicy } from "./over-length.ts";
 import { mayStartRollout, staleAtShip, type StalenessBound } from "./staleness.ts";
 import { buildTrajectory, type SessionRecords } from "./trajectory.ts";
 
@@ -34,6 +35,8 @@ export interface WorkerLoopOptions {
   /** The version of the weights new rollouts sample with (from the engine); 0 when none is known. */
   samplingVersion?: () => number;
   log?: (line: string) => void;
+  /** The trainer's maximum sequence and what happens to a longer trajectory (over-length.ts); absent = no bound. */
+  lengthPolicy?: LengthPolicy;
   /** Wait before the 2nd attempt of an env_error rollout, doubled per further attempt (capped at 30 s). Default 1000. */
   retryBackoffMs?: number;
 }
@@ -76,16 +79,18 @@ export async function runWorkerLoop(
     return images.get(key)!;
   };
 
-  const rollout = async (task: Task, def: TaskDefinition, groupId: string, trajectoryId: string): Promise<Trajectory> => {
+  const rollout = async (launcher: AgentLauncher, task: Task, def: TaskDefinition, groupId: string, trajectoryId: string): Promise<Trajectory> => {
     let trajectory: Trajectory | undefined;
+    let stageMs: RolloutOutcome["timingsMs"] = {};
     for (let attempt = 1; attempt <= opts.maxAttempts; attempt++) {
       // Back off before a retry (outside the rollout slots): an env_error from a daemon or engine that is
       // away for a moment would otherwise burn every attempt within milliseconds.
       if (attempt > 1) await new Promise((r) => setTimeout(r, Math.min(backoffMs * 2 ** (attempt - 2), MAX_BACKOFF_MS)));
       events.emit({ kind: "rollout_started", groupId, trajectoryId, taskId: task.id, attempt });
       const t0 = performance.now();
-      const outcome = await limit.run(() => attemptOnce(task, def, `${trajectoryId}.${attempt}`));
+      const outcome = await limit.run(() => attemptOnce(launcher, task, def, `${trajectoryId}.${attempt}`));
       const attemptOutcome: RolloutOutcome = { ...outcome.outcome, attempts: attempt };
+      stageMs = attemptOutcome.timingsMs;
       trajectory = buildTrajectory({
         identity: { trajectoryId, groupId, taskId: task.id, harness: launcher.name },
         session: outcome.session,
@@ -96,11 +101,11 @@ export async function runWorkerLoop(
       if (trajectory.status !== "env_error") break;
       if (attempt < opts.maxAttempts) events.emit({ kind: "rollout_retried", groupId, trajectoryId, envError: attemptOutcome.envError!.kind, attempt });
     }
-    events.emit({ kind: "rollout_finished", groupId, trajectoryId, taskId: task.id, harness: launcher.name, status: trajectory!.status, reward: trajectory!.reward, wallTimeS: trajectory!.metrics.wall_time_s, envError: trajectory!.error });
+    events.emit({ kind: "rollout_finished", groupId, trajectoryId, taskId: task.id, harness: launcher.name, status: trajectory!.status, reward: trajectory!.reward, wallTimeS: trajectory!.metrics.wall_time_s, envError: trajectory!.error, defenseFlags: trajectory!.defense_flags, stageMs });
     return trajectory!;
   };
 
-  const attemptOnce = async (task: Task, def: TaskDefinition, rolloutId: string): Promise<{ outcome: RolloutOutcome; session: SessionRecords }> => {
+  const attemptOnce = async (launcher: AgentLauncher, task: Task, def: TaskDefinition, rolloutId: string): Promise<{ outcome: RolloutOutcome; session: SessionRecords }> => {
     let image: string;
     try {
       image = await imageOf(def);
@@ -127,9 +132,22 @@ export async function runWorkerLoop(
     await waitUntilFresh(sink, events, opts);
     const groupId = `${opts.runId}-g${index}-${safe(task.id)}`;
     const def = await task.definition();
-    const all = await Promise.all(Array.from({ length: opts.groupSize }, (_, i) => rollout(task, def, groupId, `${groupId}.r${i}`)));
-    const graded = all.filter((t) => t.status !== "env_error");
-    const dropped = all.length - graded.length;
+    // One harness per group (a mixed run assigns it here), so a group's rewards compare like with like.
+    const harness = launcher.forGroup?.(groupId) ?? launcher;
+    const all = await Promise.all(Array.from({ length: opts.groupSize }, (_, i) => rollout(harness, task, def, groupId, `${groupId}.r${i}`)));
+    const graded: Trajectory[] = [];
+    for (const t of all.filter((x) => x.status !== "env_error")) {
+      if (!opts.lengthPolicy) {
+        graded.push(t);
+        continue;
+      }
+      const fitted = applyLengthPolicy(t, opts.lengthPolicy, opts.routing);
+      if (fitted.overLength) events.emit({ kind: "over_length", groupId, ...fitted.overLength });
+      if (fitted.trajectory) graded.push(fitted.trajectory);
+    }
+    // Over-length drops are counted by their events (summary), not in WorkerResult.
+    const overLength = all.filter((x) => x.status !== "env_error").length - graded.length;
+    const dropped = all.length - graded.length - overLength;
     // Flagged on the event stream as they ship (the trainer sees each turn's version on the record itself).
     for (const s of staleAtShip(opts.staleness, graded, sink.policyVersion?.version ?? null)) {
       events.emit({ kind: "over_staleness_bound", groupId, ...s, maxStaleness: opts.staleness.maxStaleness! });
@@ -138,7 +156,7 @@ export async function runWorkerLoop(
     result.groupsShipped += graded.length ? 1 : 0;
     result.trajectoriesShipped += graded.length;
     result.droppedEnvErrors += dropped;
-    events.emit({ kind: "group_shipped", groupId, taskId: task.id, trajectories: graded.length, droppedEnvErrors: dropped });
+    events.emit({ kind: "group_shipped", groupId, taskId: task.id, trajectories: graded.length, droppedEnvErrors: dropped, droppedOverLength: overLength });
   };
 
   // Groups start only as slots free up (one more than the rollout slots need, so the next group

@@ -36,6 +36,8 @@ export interface AgentLauncher {
   samplingVersion?(): number;
   /** The routing shape of the segments its engine records (MoE); null or absent when they carry none. */
   readonly routing?: RoutingShape | null;
+  /** A launcher over several harnesses (`--harness a=0.5,b=0.5`): the one that runs every rollout of this group. */
+  forGroup?(groupId: string): AgentLauncher;
   close?(): Promise<void>;
 }
 
