@@ -155,6 +155,9 @@ def test_the_loop_end_to_end_engine_harness_sandbox_trainer_and_back(tmp_path: P
         assert len(ids) == GROUPS * G == len(set(ids))
         assert sorted(s["batch_id"] for s in steps) == sorted((tmp_path / "receiver" / "accepted.log").read_text().split())
 
+        # What the rollouts did is in every step's line (the demo's report plots it).
+        for s in steps:
+            assert s["rollout/reward_mean"] in (0.0, 0.25, 0.5, 0.75, 1.0) and s["rollout/turns_mean"] >= 1, s
         updated = [s for s in steps if s["batch/groups_trained"]]
         for s in updated:
             # The trainer's recomputed probabilities (routing replayed) against the engine's behaviour probabilities.

@@ -19,6 +19,7 @@ const ALLOWED: Record<string, string> = {
   "ts/src/sandbox/fixtures/hold-quota-pool.ts": "a test fixture process: its own entry point",
   "ts/src/tasks/git.ts": "passes PATH through to git's otherwise scrubbed environment; no behaviour",
   "ts/src/demo/rl-loop.ts": "passes the environment through to the training process it starts",
+  "ts/src/demo/real-loop.ts": "passes the environment through to the trainer and rollout processes it starts",
   "ts/src/proxy/bench/peers.ts": "passes the environment through to the bench peers it starts (nginx, LiteLLM)",
   "ts/src/json-line-process.ts": "passes the environment through to the child processes it starts",
   "python-bridge/lego_rl/model/tiny.py": "main() of `python -m lego_rl.model.tiny` reads LEGO_RL_QWEN3_TOKENIZER_DIR as its flag's default",

@@ -120,6 +120,19 @@ def staleness_metrics(outcomes: list[RolloutOutcome], policy_version: int) -> di
     return {"batch/staleness_max": float(max(lags)), "batch/staleness_mean": sum(lags) / len(lags)}
 
 
+def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    """What the batch's rollouts did: mean reward (graded ones), turns and tool calls per rollout."""
+    if not trajectories:
+        return {}
+    n = len(trajectories)
+    graded = [t.reward for t in trajectories if t.reward is not None]
+    out = {"rollout/turns_mean": sum(t.metrics.turns for t in trajectories) / n,
+           "rollout/tool_calls_mean": sum(t.metrics.tool_calls for t in trajectories) / n}
+    if graded:
+        out["rollout/reward_mean"] = sum(graded) / len(graded)
+    return out
+
+
 def train(
     source: BatchSource,
     policy: Policy,
@@ -147,7 +160,8 @@ def train(
         oldest_allowed = None if config.max_staleness is None else position.policy_version - config.max_staleness
         advantages = group_advantages(outcomes, min_policy_version=oldest_allowed)
         started = time.perf_counter()
-        metrics = advantages.metrics() | staleness_metrics(outcomes, position.policy_version)
+        metrics = (advantages.metrics() | staleness_metrics(outcomes, position.policy_version)
+                   | rollout_metrics(list(trajectories.values())))
         if advantages.trajectory_ids:
             metrics |= policy.update(trajectories, advantages)
             position.policy_version += 1

@@ -3,7 +3,7 @@
  * harness's exact format, then a short supervised pass on the tiny Qwen3-vocabulary MoE.
  *
  * Demonstrations are real rollouts: `lego rollout --harness reference --engine
- * scripted-gold` in Docker sandboxes, through the proxy, shipped to a real receiver,
+ * scripted-edit` in Docker sandboxes, through the proxy, shipped to a real receiver,
  * so the token ids trained on are exactly what the proxy recorded (chat template,
  * tool-call format, tool outputs) and what the policy would have to emit. They are
  * generated on first use and cached under ~/.cache/lego-rl/demos (never committed);
@@ -20,8 +20,10 @@ import { JsonLineProcess, PYTHON } from "../json-line-process.ts";
 const LEGO = join(REPO_ROOT, "ts/bin/lego");
 
 /** Training demonstrations and evaluation tasks come from different seeds of the family, never the same tasks. */
-export const DEMO_TASKS = "easy:seed=101,count=48";
-export const EVAL_TASKS = "easy:seed=7,count=40";
+export const DEMO_TASKS = "easy:seed=101,count=24,template=comparison,module=calc";
+export const EVAL_TASKS = "easy:seed=7,count=40,template=comparison,module=calc";
+/** Demonstrations are the gold fix said with the edit tool: what the instruction determines, no file read first. */
+export const DEMO_ENGINE = "scripted-edit";
 
 export class WarmStartError extends Error {}
 
@@ -37,7 +39,7 @@ export function defaultCacheRoot(home = homedir()): string {
 }
 
 export function demonstrationsDir(cacheRoot: string, tasks: string): string {
-  return join(cacheRoot, "demos", "reference-scripted-gold", tasks.replace(/[^A-Za-z0-9_.-]+/g, "_"));
+  return join(cacheRoot, "demos", `reference-${DEMO_ENGINE}`, tasks.replace(/[^A-Za-z0-9_.-]+/g, "_"));
 }
 
 /** The cached demonstrations of `tasks` (a receiver spool), generated first if absent. */
@@ -48,13 +50,13 @@ export async function ensureDemonstrations(opts: { cacheRoot: string; tasks: str
   const partial = `${dir}.partial-${process.pid}`;
   rmSync(partial, { recursive: true, force: true });
   mkdirSync(partial, { recursive: true });
-  opts.log?.(`generating demonstrations (${opts.tasks}, reference harness, scripted-gold engine) into ${dir}`);
+  opts.log?.(`generating demonstrations (${opts.tasks}, reference harness, ${DEMO_ENGINE} engine) into ${dir}`);
   const receiver = new JsonLineProcess("receiver", PYTHON, ["-m", "lego_rl.transport", "receive", "--bind", "tcp://127.0.0.1:*", "--spool", join(partial, "rx")]);
   let summary: Record<string, unknown>;
   try {
     const address = (await receiver.waitFor((e) => e.type === "listening", 30_000)).address as string;
     const { stdout } = await promisify(execFile)(LEGO, [
-      "rollout", "--tasks", opts.tasks, "--harness", "reference", "--engine", "scripted-gold", "--group-size", "1", "--concurrency", "2",
+      "rollout", "--tasks", opts.tasks, "--harness", "reference", "--engine", DEMO_ENGINE, "--group-size", "1", "--concurrency", "2",
       "--trainer", address, "--spool-dir", join(partial, "sender"), "--producer-id", "demo-demonstrations",
     ], { timeout: 1_800_000, maxBuffer: 1 << 26, cwd: REPO_ROOT });
     summary = JSON.parse(stdout.trim().split("\n").at(-1)!) as Record<string, unknown>;
@@ -62,12 +64,12 @@ export async function ensureDemonstrations(opts: { cacheRoot: string; tasks: str
     receiver.stop();
   }
   const shipped = summary.trajectoriesShipped as number;
-  const reward = (summary.rewardByHarness as Record<string, number>)["reference/scripted-gold"];
+  const reward = (summary.rewardByHarness as Record<string, number>)[`reference/${DEMO_ENGINE}`];
   // The gold solution must solve every task it replays; a demonstration set that does not is a broken task family.
   if (summary.droppedEnvErrors !== 0 || reward !== 1 || !shipped) {
     throw new WarmStartError(`demonstrations incomplete (kept in ${partial}): ${JSON.stringify({ shipped, reward, droppedEnvErrors: summary.droppedEnvErrors })}`);
   }
-  const manifest: DemonstrationsManifest = { tasks: opts.tasks, harness: "reference/scripted-gold", trajectories: shipped, createdAt: new Date().toISOString() };
+  const manifest: DemonstrationsManifest = { tasks: opts.tasks, harness: `reference/${DEMO_ENGINE}`, trajectories: shipped, createdAt: new Date().toISOString() };
   writeFileSync(join(partial, "manifest.json"), `${JSON.stringify(manifest, null, 2)}\n`);
   rmSync(join(partial, "sender"), { recursive: true, force: true });
   mkdirSync(join(dir, ".."), { recursive: true });
@@ -93,7 +95,7 @@ function python(args: string[], what: string): string {
 }
 
 /** The tiny randomly initialised MoE with the Qwen3 vocabulary, then SFT on the demonstrations into workDir/warm-start. */
-export function warmStart(opts: { workDir: string; demonstrations: string; steps: number; seed?: number }): SftSummary {
+export function warmStart(opts: { workDir: string; demonstrations: string; steps: number; lr?: number; batch?: number; seed?: number }): SftSummary {
   const base = join(opts.workDir, "tiny-qwen3");
   if (!existsSync(join(base, "config.json"))) {
     python(["-m", "lego_rl.model.tiny", "--out", base, "--tokenizer", "qwen3", "--seed", String(opts.seed ?? 0)], "building the tiny model");
@@ -101,6 +103,7 @@ export function warmStart(opts: { workDir: string; demonstrations: string; steps
   const out = join(opts.workDir, "warm-start");
   rmSync(out, { recursive: true, force: true });
   const stdout = python(["-m", "lego_rl.trainer.sft", "--spool", join(opts.demonstrations, "rx"), "--model-dir", base, "--out", out,
-    "--steps", String(opts.steps), "--seed", String(opts.seed ?? 0)], "the supervised warm start");
+    "--steps", String(opts.steps), "--seed", String(opts.seed ?? 0),
+    ...(opts.lr === undefined ? [] : ["--lr", String(opts.lr)]), ...(opts.batch === undefined ? [] : ["--batch", String(opts.batch)])], "the supervised warm start");
   return JSON.parse(stdout.trim().split("\n").at(-1)!) as SftSummary;
 }

@@ -6,10 +6,16 @@
  *  - scripted-gold: replays the task's gold solution through the harness's
  *    own tools (write the solution script with the write tool, run it with
  *    the shell tool), then submits.
+ *  - scripted-edit: the gold patch as the harness's edit tool (one call per
+ *    changed line, the line's text without its indentation), then submit; it
+ *    never reads a file, so it suits tasks whose fix the instruction determines
+ *    (the demo's `easy:template=comparison`). A patch it cannot say as one-line
+ *    replacements is an error, not a guess.
  *  - answer-at-once: a final answer with no tool call; every healthy task must score 0.
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
+import { parsePatch } from "diff";
 import { ScriptedEngine, type ScriptedReply } from "../engine/index.ts";
 import type { ProxyModel } from "../proxy/index.ts";
 import type { TaskDefinition } from "../sandbox/index.ts";
@@ -22,6 +28,8 @@ export interface ToolNames {
    * Absent for a harness without a write tool (mini-swe-agent, Codex CLI without apply_patch): files are then written with the shell tool.
    */
   write?: { name: string; path: string; content: string; fixed?: Record<string, unknown>; makesParents?: false };
+  /** Replace one occurrence of a string in a file; absent where the harness has no such tool. */
+  edit?: { name: string; path: string; old: string; new: string };
   /** `fixed`: arguments always passed (OpenCode's bash requires a description). */
   shell: { name: string; command: string; fixed?: Record<string, unknown> };
   /**
@@ -32,7 +40,7 @@ export interface ToolNames {
   submit?: string | { name: string; args: Record<string, unknown> };
 }
 
-export const ENGINES = ["scripted-gold", "answer-at-once"] as const;
+export const ENGINES = ["scripted-gold", "scripted-edit", "answer-at-once"] as const;
 export type EngineName = (typeof ENGINES)[number];
 
 export class HarnessEngineError extends Error {}
@@ -76,6 +84,36 @@ export function goldScript(def: TaskDefinition, tools: ToolNames): ScriptedReply
   return replies;
 }
 
+/** The workspace the harnesses edit (the task repository's checkout). */
+const WORKSPACE = "/workspace";
+
+/** solution/gold.patch as edit-tool calls: each hunk must replace lines one for one. */
+export function editScript(def: TaskDefinition, tools: ToolNames): ScriptedReply[] {
+  if (!tools.edit) throw new HarnessEngineError(`the harness has no edit tool: scripted-edit cannot run it`);
+  let patch: string;
+  try {
+    patch = readFileSync(join(def.dir, "solution/gold.patch"), "utf8");
+  } catch (e) {
+    throw new HarnessEngineError(`task ${def.name} has no solution/gold.patch: scripted-edit has nothing to replay`, { cause: e });
+  }
+  const edit = tools.edit;
+  const replies: ScriptedReply[] = [];
+  for (const file of parsePatch(patch)) {
+    const path = (file.newFileName ?? "").replace(/^b\//, "");
+    for (const hunk of file.hunks) {
+      const removed = hunk.lines.filter((l) => l.startsWith("-")).map((l) => l.slice(1).trim());
+      const added = hunk.lines.filter((l) => l.startsWith("+")).map((l) => l.slice(1).trim());
+      if (!path || removed.length !== added.length || !removed.length || removed.some((l) => !l))
+        throw new HarnessEngineError(`task ${def.name}: its gold patch is not one-line replacements (${path || "no file"}), scripted-edit cannot say it`);
+      removed.forEach((old, i) => replies.push({ text: toolCall(edit.name, { [edit.path]: `${WORKSPACE}/${path}`, [edit.old]: old, [edit.new]: added[i] }) }));
+    }
+  }
+  if (typeof tools.submit === "string") replies.push({ text: toolCall(tools.submit, {}) });
+  else if (tools.submit) replies.push({ text: toolCall(tools.submit.name, tools.submit.args) });
+  else replies.push({ text: "Done: the fix is applied." });
+  return replies;
+}
+
 const HEREDOC_END = "LEGO_GOLD_EOF";
 
 /** A shell command that writes `content` to `path` byte for byte: a quoted heredoc where it can, base64 where it cannot. */
@@ -94,6 +132,7 @@ export const ANSWER_AT_ONCE: ScriptedReply[] = [{ text: "I cannot help with that
 export function scriptedHarnessEngine(name: string, model: ProxyModel, def: TaskDefinition, tools: ToolNames): ScriptedEngine {
   let script: ScriptedReply[];
   if (name === "scripted-gold") script = goldScript(def, tools);
+  else if (name === "scripted-edit") script = editScript(def, tools);
   else if (name === "answer-at-once") script = ANSWER_AT_ONCE;
   else throw new HarnessEngineError(`unknown engine ${JSON.stringify(name)} (known: ${ENGINES.join(", ")})`);
   // The script advances only on calls that offer tools: a harness's hidden calls

@@ -14,7 +14,7 @@ import { referenceHarness } from "./reference.ts";
 import type { Harness } from "./types.ts";
 
 export type { Harness, HarnessLimits, HarnessSession } from "./types.ts";
-export { ANSWER_AT_ONCE, ENGINES, SIDE_REPLY, goldScript, HarnessEngineError, scriptedHarnessEngine, toolCall, type ToolNames } from "./engines.ts";
+export { ANSWER_AT_ONCE, ENGINES, SIDE_REPLY, editScript, goldScript, HarnessEngineError, scriptedHarnessEngine, toolCall, type ToolNames } from "./engines.ts";
 export { proxiedLauncher, QWEN3_DIR, rolloutSession, SERVED_MODEL, type ProxiedLauncherConfig } from "./launcher.ts";
 export { DEFAULT_POLICY_SAMPLING, isEngineAddress, PolicyEngine, PolicyEngineError, type PolicyEngineConfig, type PolicySampling } from "./policy-engine.ts";
 export { referenceHarness } from "./reference.ts";
@@ -29,7 +29,12 @@ export { MINI_SWE_AGENT_VERSION, miniSweAgentHarness } from "./mini-swe-agent.ts
 export const HARNESS_TOOLS: Record<string, { harness: Harness; tools: ToolNames }> = {
   reference: {
     harness: referenceHarness,
-    tools: { write: { name: "write_file", path: "path", content: "content" }, shell: { name: "bash", command: "command" }, submit: "submit" },
+    tools: {
+      write: { name: "write_file", path: "path", content: "content" },
+      edit: { name: "edit_file", path: "path", old: "old_str", new: "new_str" },
+      shell: { name: "bash", command: "command" },
+      submit: "submit",
+    },
   },
   // Claude Code's own tool names and parameters (Anthropic tool_use); it ends on a plain answer.
   // 2.1.332 under -p --bare offers no Write tool even when --tools names it: Edit with an

@@ -18,9 +18,23 @@ export interface EasyConfig {
   seed: number;
   /** How many variants (train and test together). */
   count: number;
+  /**
+   * Only these templates (default: all). The demo uses `comparison` alone: its fix
+   * (`x > limit` -> `x >= limit` in the file the instruction names) is determined by
+   * the instruction, so a tiny model can learn it without reading the file.
+   */
+  templates?: readonly string[];
+  /**
+   * Only this module name (default: any of the family's). With `comparison` the fix is then
+   * one fixed edit of one fixed file: the demo's task, a short action a tiny model can learn
+   * on CPU in minutes (docs/demo.md says what that does and does not show).
+   */
+  module?: string;
 }
 
 export const DEFAULT_EASY: EasyConfig = { seed: 0, count: 2000 };
+
+export const EASY_TEMPLATES = ["comparison", "constant", "missing_return", "operator"] as const;
 
 export const EASY_REPO = "lego-rl/easy";
 
@@ -60,6 +74,8 @@ const HELPERS = ["identity", "same", "echo", "keep"] as const;
 
 /** Every name a variant can use, for the test that checks none is a keyword or a builtin. */
 export const EASY_NAMES = { functions: [...TRAIN_NAMES, ...TEST_NAMES], modules: MODULES, helpers: HELPERS } as const;
+
+export class EasyConfigError extends Error {}
 
 /** One variant before it becomes a record: the module with the bug, the fix, and the test. */
 interface Variant {
@@ -134,13 +150,17 @@ const ENV_FILES: Tree = new Map([["README.md", { content: Buffer.from("Small Pyt
 /** The family's records and the repository commits they name (commit ids filled in by the caller's writeRepo). */
 export function easyFamily(cfg: EasyConfig): { commits: CommitSpec[]; records: (commitIds: string[]) => SweBenchRecord[] } {
   const rng = new Rng(cfg.seed);
-  const templates = Object.keys(TEMPLATES).sort();
+  const templates = cfg.templates ? [...new Set(cfg.templates)].sort() : Object.keys(TEMPLATES).sort();
+  const unknown = templates.filter((t) => !(t in TEMPLATES));
+  if (cfg.module !== undefined && !(MODULES as readonly string[]).includes(cfg.module))
+    throw new EasyConfigError(`unknown easy module ${JSON.stringify(cfg.module)} (known: ${MODULES.join(", ")})`);
+  if (unknown.length || !templates.length) throw new EasyConfigError(`unknown easy template(s) ${JSON.stringify(unknown)} (known: ${Object.keys(TEMPLATES).sort().join(", ")})`);
   const commits: CommitSpec[] = [{ branch: "env", message: "easy family: environment\n", files: ENV_FILES }];
   const made: Array<Variant & { id: string; split: "train" | "test" }> = [];
   for (let i = 0; i < cfg.count; i++) {
     const split = rng.next() < 0.2 ? "test" : "train";
     const fn = rng.pick(split === "test" ? TEST_NAMES : TRAIN_NAMES);
-    const module = rng.pick(MODULES);
+    const module = cfg.module ?? rng.pick(MODULES);
     const helper = rng.pick(HELPERS);
     const template = templates[i % templates.length]!;
     const v = TEMPLATES[template]!(rng, fn, module, helper);

@@ -1,6 +1,6 @@
 /**
  * Suites named by a word instead of a path:
- *   easy[:seed=N,count=M]  generated on first use from the seed (easy.ts), cached;
+ *   easy[:seed=N,count=M,template=T+U,module=NAME]  generated on first use from the seed (easy.ts), cached;
  *   builtin                mined from real projects by `lego tasks mine` (mine.ts), cached.
  * Each lives in the cache as tasks.jsonl + repos/, the same layout `lego tasks export` writes.
  */
@@ -8,7 +8,7 @@ import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { TasksConfig } from "./config.ts";
 import { TaskSourceError } from "./errors.ts";
-import { DEFAULT_EASY, EASY_REPO, easyFamily, type EasyConfig } from "./easy.ts";
+import { DEFAULT_EASY, EASY_NAMES, EASY_REPO, EASY_TEMPLATES, easyFamily, type EasyConfig } from "./easy.ts";
 import { writeRepo } from "./git.ts";
 import { writeOnce } from "./materialize.ts";
 import { formatSweBenchJsonl } from "./swebench.ts";
@@ -34,12 +34,24 @@ export function parseSuiteSpec(spec: string): { name: SuiteName; options: Record
 export const repoDirName = (repo: string) => repo.replace("/", "__");
 
 function easyConfig(options: Record<string, string>, spec: string): EasyConfig {
-  const cfg = { ...DEFAULT_EASY };
+  const cfg: EasyConfig = { ...DEFAULT_EASY };
   for (const [k, v] of Object.entries(options)) {
-    if (k !== "seed" && k !== "count") throw new TaskSourceError(spec, k, "unknown easy option (seed, count)");
+    if (k === "template") {
+      const names = v.split("+");
+      const unknown = names.filter((n) => !(EASY_TEMPLATES as readonly string[]).includes(n));
+      if (unknown.length) throw new TaskSourceError(spec, k, `unknown template(s) ${unknown.join(", ")} (known: ${EASY_TEMPLATES.join(", ")}; join several with +)`);
+      cfg.templates = [...new Set(names)].sort();
+      continue;
+    }
+    if (k === "module") {
+      if (!(EASY_NAMES.modules as readonly string[]).includes(v)) throw new TaskSourceError(spec, k, `unknown module ${v} (known: ${EASY_NAMES.modules.join(", ")})`);
+      cfg.module = v;
+      continue;
+    }
+    if (k !== "seed" && k !== "count") throw new TaskSourceError(spec, k, "unknown easy option (seed, count, template, module)");
     const n = Number(v);
     if (!Number.isInteger(n) || n < (k === "count" ? 1 : 0)) throw new TaskSourceError(spec, k, `expected a ${k === "count" ? "positive" : "non-negative"} integer, got '${v}'`);
-    cfg[k] = n;
+    cfg[k as "seed" | "count"] = n;
   }
   return cfg;
 }
@@ -47,7 +59,8 @@ function easyConfig(options: Record<string, string>, spec: string): EasyConfig {
 /** The easy suite's tasks.jsonl, generated into the cache if it is not there yet. */
 export async function easySuite(cfg: TasksConfig, options: Record<string, string> = {}): Promise<string> {
   const easy = easyConfig(options, `easy:${Object.entries(options).map(([k, v]) => `${k}=${v}`).join(",")}`);
-  const dir = join(cfg.cacheDir, "suites", `easy-${EASY_RECIPE}-s${easy.seed}-n${easy.count}`);
+  const only = (easy.templates ? `-${easy.templates.join("+")}` : "") + (easy.module ? `-m${easy.module}` : "");
+  const dir = join(cfg.cacheDir, "suites", `easy-${EASY_RECIPE}-s${easy.seed}-n${easy.count}${only}`);
   writeOnce(dir, (tmp) => {
     const family = easyFamily(easy);
     const ids = writeRepo(join(tmp, "repos", repoDirName(EASY_REPO)), family.commits);

@@ -1,0 +1,31 @@
+/**
+ * `pnpm bench:demo`: the demo (`lego demo`, the whole loop) as a benchmark.
+ * Runs it with the demo's defaults unless flags say otherwise
+ * (`pnpm bench:demo --steps 8 --work-dir /tmp/demo`); the last line is
+ * {"bench":"demo","reward_gain":…,"min_pearson":…,"minutes":…}, with the
+ * before/after held-out pass@1 beside it. The host's load average at the start
+ * and the end goes in too: on a shared machine the minutes mean little without it.
+ */
+import { loadavg } from "node:os";
+import { join } from "node:path";
+import { benchFlags, positiveInt } from "../bench/index.ts";
+import { REPO_ROOT } from "../repo-root.ts";
+import { DEFAULT_LOOP, runRealLoop } from "./real-loop.ts";
+
+const flags = benchFlags({
+  steps: { default: String(DEFAULT_LOOP.steps), describe: "GSPO steps" },
+  "group-size": { default: String(DEFAULT_LOOP.groupSize), describe: "rollouts per group" },
+  "sft-steps": { default: String(DEFAULT_LOOP.sftSteps), describe: "warm-start steps" },
+  "work-dir": { default: join(REPO_ROOT, "var/bench/demo"), describe: "run folder" },
+});
+
+const loadStart = loadavg()[0]!;
+const summary = await runRealLoop({
+  ...DEFAULT_LOOP, workDir: flags["work-dir"]!, steps: positiveInt("steps", flags.steps), groupSize: positiveInt("group-size", flags["group-size"]),
+  sftSteps: positiveInt("sft-steps", flags["sft-steps"]), log: (l) => console.log(l),
+});
+console.log(JSON.stringify({
+  bench: "demo", reward_before: summary.reward_before, reward_after: summary.reward_after, report: summary.report,
+  load_start: loadStart, load_end: loadavg()[0], utc: new Date().toISOString(),
+  reward_gain: summary.reward_gain, min_pearson: summary.min_pearson, minutes: summary.minutes,
+}));

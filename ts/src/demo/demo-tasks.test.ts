@@ -1,0 +1,49 @@
+/** The demo's task family and demonstrations: `easy:template=comparison,module=calc` and the scripted-edit engine. */
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { HARNESS_TOOLS, HarnessEngineError, editScript } from "../harness/index.ts";
+import { TaskSourceError, openTaskSource } from "../tasks/index.ts";
+import { DEMO_TASKS, EVAL_TASKS } from "./warm-start.ts";
+
+const work = mkdtempSync(join(tmpdir(), "lego-demo-tasks-"));
+const cfg = { cacheDir: join(work, "cache"), sdistDir: join(work, "sdists"), repoRoots: [] };
+const tools = HARNESS_TOOLS.reference!.tools;
+
+describe("the demo's tasks", () => {
+  it("are comparison variants of calc.py only, with held-out tasks under names no training task uses", async () => {
+    const set = await openTaskSource(EVAL_TASKS, cfg);
+    for (const t of set.tasks) {
+      expect(t.record!.lego!.template).toBe("comparison");
+      expect(t.record!.problem_statement).toMatch(/^In `calc\.py`, `\w+\((\d), \1\)` should return `True`\. Fix the bug\.\n$/);
+    }
+    expect(set.tasks.filter((t) => t.split === "test").length).toBeGreaterThanOrEqual(5);
+    const train = await openTaskSource(DEMO_TASKS, cfg);
+    const trainIds = new Set(train.tasks.map((t) => t.id));
+    expect(set.tasks.filter((t) => trainIds.has(t.id))).toEqual([]);
+  });
+
+  it("reject an unknown template or module with the options there are", async () => {
+    await expect(openTaskSource("easy:template=nope", cfg)).rejects.toThrow(TaskSourceError);
+    await expect(openTaskSource("easy:template=nope", cfg)).rejects.toThrow(/known: comparison, constant, missing_return, operator/);
+    await expect(openTaskSource("easy:module=os", cfg)).rejects.toThrow(/unknown module os/);
+  });
+
+  it("are demonstrated by scripted-edit as one fixed edit_file call and submit, nothing read first", async () => {
+    const [task] = (await openTaskSource(DEMO_TASKS, cfg)).tasks;
+    const replies = editScript(await task!.definition(), tools);
+    expect(replies).toEqual([
+      { text: '<tool_call>\n{"name":"edit_file","arguments":{"path":"/workspace/calc.py","old_str":"return x > limit","new_str":"return x >= limit"}}\n</tool_call>' },
+      { text: '<tool_call>\n{"name":"submit","arguments":{}}\n</tool_call>' },
+    ]);
+  });
+
+  it("scripted-edit refuses a patch that is not one-line replacements, and a harness without an edit tool", async () => {
+    const missing = await (await openTaskSource("easy:seed=3,count=4,template=missing_return", cfg)).tasks[0]!.definition();
+    expect(() => editScript(missing, tools)).toThrow(HarnessEngineError);
+    expect(() => editScript(missing, tools)).toThrow(/not one-line replacements/);
+    const comparison = await (await openTaskSource(DEMO_TASKS, cfg)).tasks[0]!.definition();
+    expect(() => editScript(comparison, { ...tools, edit: undefined })).toThrow(/no edit tool/);
+  });
+});
