@@ -69,7 +69,7 @@ describe("worker faults", () => {
       await sender.close();
     }
     expect(runner.killed).toHaveLength(3);
-    expect(result).toEqual({ groupsShipped: 4, trajectoriesShipped: 7, droppedEnvErrors: 1 });
+    expect(result).toEqual({ groupsShipped: 4, groupsShippedBefore: 0, trajectoriesShipped: 7, droppedEnvErrors: 1 });
     const retried = seen.filter((e) => e.kind === "rollout_retried");
     expect(retried.map((e) => e.kind === "rollout_retried" && e.envError)).toEqual(["container_died", "container_died"]);
     const shipped = seen.filter((e) => e.kind === "group_shipped");
