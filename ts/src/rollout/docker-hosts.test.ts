@@ -9,15 +9,20 @@
  * (the worker's probe sees it back). Every one of the 5×2 rollouts is
  * accounted for exactly once (shipped with reward 1; 3 attempts suffice), and
  * no container of the worker is left on either daemon.
+ *
+ * Two slots per host (concurrency 4): while the main host is full, a freed slot
+ * on the second one takes the next attempt, so the kill always finds one there.
+ * The base image is copied to the second daemon before the run, so a first run
+ * on a fresh data root is not minutes slower on that host than on the main one.
  */
 import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { dockerClient } from "../sandbox/docker.ts";
-import { ensureBaseImage, LABEL } from "../sandbox/index.ts";
+import { copyImage, dockerEndpoint, ensureBaseImage, LABEL } from "../sandbox/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS } from "../sandbox/test-support.ts";
 import type { JsonLineProcess } from "../transport/bench-peers.ts";
 import { TestDockerDaemon } from "./test-daemon.ts";
@@ -31,14 +36,20 @@ describe("worker faults: second Docker host lost", () => {
   let receiver: JsonLineProcess;
   let address: string;
   const second = new TestDockerDaemon("hosts");
+  let mainBridge: string;
   beforeAll(async () => {
-    await ensureBaseImage();
+    const base = await ensureBaseImage();
+    const bridge = await dockerClient().getNetwork("bridge").inspect();
+    mainBridge = (bridge.Options?.["com.docker.network.bridge.name"] as string | undefined) ?? "docker0";
     await second.start();
+    const onSecond = await second.docker.getImage(base.tag).inspect().then(() => true, () => false);
+    if (!onSecond) await copyImage(base.tag, dockerEndpoint(MAIN), dockerEndpoint(second.endpoint));
     ({ receiver, address } = await startReceiver(join(work, "rx")));
   }, IMAGE_BUILD_TIMEOUT_MS);
   afterAll(async () => {
     receiver?.stop();
     await second.stop();
+    second.removeBridge();
     rmSync(work, { recursive: true, force: true });
   });
 
@@ -49,7 +60,7 @@ describe("worker faults: second Docker host lost", () => {
     const proc = spawn(LEGO, [
       "rollout", "--config", config, "--tasks", "easy:seed=19,count=5", "--harness", "oracle", "--group-size", "2", "--concurrency", "4",
       "--trainer", address, "--spool-dir", join(work, "tx"), "--producer-id", "hosts", "--max-attempts", "3",
-      "--docker-host", MAIN, "--docker-host", second.endpoint,
+      "--docker-host", `${MAIN}=2`, "--docker-host", `${second.endpoint}=2`,
     ], { stdio: ["ignore", "pipe", "inherit"] });
     const lines: Record<string, unknown>[] = [];
     let phase: "before" | "armed" | "killed" | "restarted" = "before";
@@ -78,7 +89,9 @@ describe("worker faults: second Docker host lost", () => {
     ]);
     await Promise.all(transitions);
     expect(code).toBe(0);
-    expect(phase).toBe("restarted");
+    expect(phase, `the worker's events:\n${lines.map((l) => JSON.stringify(l)).join("\n")}`).toBe("restarted");
+    // The second daemon runs on its own bridge: the main daemon's is still there.
+    expect(existsSync(`/sys/class/net/${mainBridge}`)).toBe(true);
 
     // Both hosts took rollouts before the loss.
     const placed = lines.filter((e) => e.event === "rollout_placed");
