@@ -35,8 +35,8 @@ function run(python: string, args: string[]): void {
 
 export function runRlLoop(options: RlLoopOptions): void {
   console.log(
-    "lego demo: the harness, proxy and sandbox stages of the end-to-end loop are not wired in yet.\n" +
-      "This run is the part that is: GSPO on Ray with routing replay, the embedded engine sampling a\n" +
+    "lego demo --toy: the trainer alone, without harness, proxy or sandbox (plain `lego demo` runs the whole loop).\n" +
+      "GSPO on Ray with routing replay, the embedded engine sampling a\n" +
       "built-in toy task (reward = share of lowercase letters in the completion) with a tiny MoE policy.\n" +
       "The engine samples in bf16 and the trainer recomputes in fp32, as on GPUs.\n",
   );
