@@ -44,7 +44,10 @@ export interface ProxiedLauncherConfig {
 /** The proxy's session records as the rollout worker's Trajectory needs them. */
 export function rolloutSession(records: SessionRecords): RolloutSessionRecords {
   // Re-reads of edited files are a harness-side count the proxy cannot see: 0 until an adapter reports it.
-  return { segments: records.segments, toolCalls: records.counters.tool_calls, rereadsAfterEdit: 0, rolledBackTurns: records.counters.rolled_back_turns };
+  return {
+    segments: records.segments, toolCalls: records.counters.tool_calls, toolCallParseFailures: records.counters.tool_call_parse_failures,
+    rereadsAfterEdit: 0, rolledBackTurns: records.counters.rolled_back_turns,
+  };
 }
 
 export function proxiedLauncher(config: ProxiedLauncherConfig): AgentLauncher & { readonly routing: RoutingShape | null } {

@@ -17,7 +17,7 @@ from lego_rl.transport.spool_file import read_spool_file
 for f in sorted(pathlib.Path(sys.argv[1], "batches").glob("*.lgrb")):
     rec = read_spool_file(f)
     t = pa.ipc.open_stream(rec.payload).read_all()
-    for r in t.select(["trajectory_id", "group_id", "task_id", "harness", "status", "reward", "attempt", "error"]).to_pylist():
+    for r in t.select(["trajectory_id", "group_id", "task_id", "harness", "status", "reward", "attempt", "error", "stale", "min_policy_version", "trainer_version_at_ship"]).to_pylist():
         print(json.dumps({"batch_id": rec.header.batch_id, **r}))
 `;
   const r = spawnSync(PYTHON, ["-c", script, spool], { encoding: "utf8", timeout: 60_000 });
@@ -47,4 +47,57 @@ rx.close()
   const receiver = new JsonLineProcess("trainer", PYTHON, ["-c", script, spool, String(version)]);
   const address = (await receiver.waitFor((e) => e.type === "listening", 30_000)).address as string;
   return { receiver, address };
+}
+
+/**
+ * The real receiver as a trainer whose versions move during the run: it announces version 0
+ * on start; SIGUSR1 makes it publish 1 and 2 at once, then one more every `periodMs` (faster
+ * than a rollout finishes); SIGUSR2 makes it stop advancing. For every trajectory that arrives
+ * it prints an `arrived` event: the record's version fields as Python decodes them, the
+ * trainer's version at arrival, and why the trainer's own rule (`exclusion_reason`, with the
+ * bound `maxStaleness`) would leave it out (null: it would train).
+ */
+export async function startAdvancingTrainer(spool: string, maxStaleness: number, periodMs: number): Promise<{ trainer: JsonLineProcess; address: string }> {
+  const script = `
+import json, signal, sys, time
+from pathlib import Path
+from lego_rl.schema import WeightVersion, batch_records
+from lego_rl.trainer import exclusion_reason, outcome_of
+from lego_rl.transport.receiver import Receiver, ReceiverConfig
+out = lambda e: (sys.stdout.write(json.dumps(e) + "\\n"), sys.stdout.flush())
+spool, bound, period = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]) / 1000
+rx = Receiver(ReceiverConfig(bind="tcp://127.0.0.1:*", spool_dir=spool, on_event=out))
+state = {"version": 0, "advancing": False, "next": 0.0, "go": False, "stop": False}
+def publish():
+    rx.publish_weight_version(WeightVersion(version=state["version"], published_at_ms=time.time() * 1000, checkpoint_path=None))
+    out({"type": "published", "version": state["version"]})
+publish()
+out({"type": "listening", "address": rx.address})
+signal.signal(signal.SIGUSR1, lambda *_: state.update(go=True))
+signal.signal(signal.SIGUSR2, lambda *_: state.update(advancing=False, go=False))
+signal.signal(signal.SIGTERM, lambda *_: state.update(stop=True))
+while not state["stop"]:
+    if state["go"]:
+        state.update(go=False, advancing=True, next=time.monotonic() + period)
+        for _ in range(2):
+            state["version"] += 1
+            publish()
+    if state["advancing"] and time.monotonic() >= state["next"]:
+        state["version"] += 1
+        state["next"] += period
+        publish()
+    b = rx.receive(timeout_s=0.02)
+    if b is None:
+        continue
+    for t in batch_records(b.decoded):
+        out({"type": "arrived", "trajectory_id": t.trajectory_id, "status": t.status, "reward": t.reward,
+             "min_policy_version": t.min_policy_version, "max_policy_version": t.max_policy_version,
+             "trainer_version_at_ship": t.trainer_version_at_ship, "stale": t.stale, "trainer_version": state["version"],
+             "excluded": exclusion_reason(outcome_of(t), min_policy_version=state["version"] - bound)})
+    rx.commit(b)
+rx.close()
+`;
+  const trainer = new JsonLineProcess("trainer", PYTHON, ["-c", script, spool, String(maxStaleness), String(periodMs)]);
+  const address = (await trainer.waitFor((e) => e.type === "listening", 30_000)).address as string;
+  return { trainer, address };
 }
