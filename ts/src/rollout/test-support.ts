@@ -1,6 +1,8 @@
-/** Test helpers of the rollout concern: the real Python receiver and what it spooled. */
-import { spawnSync } from "node:child_process";
+/** Test helpers of the rollout concern: the real Python receiver and trainer, and what they spooled. */
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { createInterface } from "node:readline";
 import { JsonLineProcess, PYTHON } from "../json-line-process.ts";
+import { REPO_ROOT } from "../repo-root.ts";
 
 /** Starts `python -m lego_rl.transport receive` on a free port; resolves once it listens. */
 export async function startReceiver(spool: string): Promise<{ receiver: JsonLineProcess; address: string }> {
@@ -97,4 +99,35 @@ for f in sorted(pathlib.Path(sys.argv[1], "batches").glob("*.lgrb")):
   const r = spawnSync(PYTHON, ["-c", script, spool], { encoding: "utf8", timeout: 60_000, maxBuffer: 1 << 28 });
   if (r.status !== 0) throw new Error(`reading the receiver spool failed: ${r.stderr}`);
   return r.stdout.trim().split("\n").filter(Boolean).map((l) => JSON.parse(l) as ReceivedTrajectory);
+}
+
+/**
+ * Starts `python -m lego_rl.trainer --receive` (the receiver and a GSPO step
+ * per batch, single process) on the model in `model`; resolves once it says
+ * where it receives (bounded). It exits by itself after `maxSteps` steps.
+ */
+export async function startTrainer(opts: { model: string; work: string; maxSteps: number }): Promise<{ proc: ChildProcess; address: string; stderr: () => string; rxSpool: string; stepLog: string }> {
+  const rxSpool = `${opts.work}/rx`;
+  const stepLog = `${opts.work}/steps.jsonl`;
+  const proc = spawn(PYTHON, [
+    "-m", "lego_rl.trainer", "--model", opts.model, "--checkpoints", `${opts.work}/ckpt`, "--receive", "tcp://127.0.0.1:*",
+    "--receiver-spool", rxSpool, "--max-steps", String(opts.maxSteps), "--log", stepLog, "--threads", "1",
+  ], { cwd: REPO_ROOT, stdio: ["ignore", "ignore", "pipe"] });
+  let err = "";
+  const address = await new Promise<string>((res, rej) => {
+    const timer = setTimeout(() => rej(new Error(`the trainer did not say where it receives within 180 s: ${err.slice(-2000)}`)), 180_000);
+    createInterface({ input: proc.stderr! }).on("line", (l) => {
+      err += `${l}\n`;
+      const m = /^trainer: receiving on (\S+)/.exec(l);
+      if (m) {
+        clearTimeout(timer);
+        res(m[1]!);
+      }
+    });
+    proc.on("exit", (code) => {
+      clearTimeout(timer);
+      rej(new Error(`the trainer exited (${code}) before receiving: ${err.slice(-2000)}`));
+    });
+  });
+  return { proc, address, stderr: () => err, rxSpool, stepLog };
 }
