@@ -213,7 +213,11 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
       if (res.oomKills > 0) return out({ status: "agent_error", reward: 0 });
       throw new SandboxEnvError("container_died", "agent container stopped during the agent stage", sb.context());
     }
-    if (run.exitCode !== 0) return out({ status: "agent_error", reward: 0, log: run.stderr.slice(-4000) });
+    // The exit status goes last (a record keeps the log's tail): a harness killed by a signal
+    // (137 = SIGKILL) leaves no stderr to say what ended it.
+    if (run.exitCode !== 0) {
+      return out({ status: "agent_error", reward: 0, log: [run.stderr.slice(-4000).trimEnd(), `the agent exited with status ${run.exitCode}`].filter(Boolean).join("\n") });
+    }
     if (full.length) return out({ status: "agent_error", reward: 0, log: `the agent filled ${full.join(", ")} (disk quota)` });
     const agentWorkspace = await sb.getFiles(WORKSPACE, cfg.maxWorkspaceBytes);
     source.discard(box);
