@@ -3,12 +3,18 @@
  * data-plane receiver. Flags override the optional TOML `--config` file;
  * progress and events are JSON lines on stdout when it is not a terminal,
  * human lines on stderr when it is; the last stdout line is the summary.
+ *
+ * SIGTERM or SIGINT stops it cleanly: nothing new starts, the attempts in
+ * flight end (this run's containers are removed, every STOP_SWEEP_MS until
+ * the loop has returned, so one created as a sweep listed goes too), the
+ * summary says `stopped`, and it exits 143; the run journal resumes the
+ * unshipped groups on the next start. A second signal kills it at once.
  */
 import type { Argv } from "yargs";
 import type { LegoCommand } from "../lego-command.ts";
 import { defaultTasksConfig, emptyAgent, harnessLauncher, openTaskSource, oracleAgent, type AgentLauncher } from "../tasks/index.ts";
 import { PolicyEngineError } from "../harness/index.ts";
-import { sandboxHost } from "../sandbox/index.ts";
+import { removeRunContainers, sandboxHost, withDockerEndpoint } from "../sandbox/index.ts";
 import { Sender } from "../transport/index.ts";
 import { WorkerConfigError, buildWorkerConfig, readWorkerConfigFile, type WorkerConfig } from "./config.ts";
 import { RolloutEvents } from "./events.ts";
@@ -19,6 +25,13 @@ import { RolloutRunner } from "./runner.ts";
 import { ProgressView } from "./progress.ts";
 import { SummaryCollector, formatSummary, jsonLines } from "./summary.ts";
 import { runWorkerLoop } from "./worker.ts";
+
+/** Between sweeps of this run's containers while a stopping worker waits for its attempts in flight. */
+const STOP_SWEEP_MS = 2_000;
+/** How long a stopping worker still waits for the trainer's acks of what it sent (they may be on the way). */
+const STOP_DRAIN_MS = 5_000;
+/** Exit status of a worker stopped by a signal before its run finished (128 + SIGTERM, as a shell reports it). */
+export const STOPPED_EXIT_CODE = 143;
 
 async function singleLauncher(cfg: WorkerConfig, harness: string): Promise<AgentLauncher> {
   if (harness === "oracle") return oracleAgent;
@@ -45,6 +58,7 @@ async function launcherFor(cfg: WorkerConfig): Promise<AgentLauncher> {
 /** Runs the worker with a built config; returns the summary (also printed). */
 export async function runRollout(
   cfg: WorkerConfig, io: { tty: boolean; out: (s: string) => void; err: (s: string) => void; progress?: NodeJS.WritableStream }, env: { sshAgent?: string } = {},
+  stop?: AbortSignal,
 ) {
   const { tasks: all } = await openTaskSource(cfg.tasks, defaultTasksConfig());
   const tasks = cfg.limit ? all.slice(0, cfg.limit) : all;
@@ -75,16 +89,37 @@ export async function runRollout(
     ? await DockerHosts.open(cfg.dockerHosts.map(parseDockerHostSpec), { defaultSlots: cfg.concurrency, events, log: (l) => err(`${l}\n`), sshAgent: env.sshAgent })
     : undefined;
   const runner = hosts ? new RolloutRunner(runnerCfg) : await RolloutRunner.create(runnerCfg);
+  // A stop ends the attempts in flight by removing this run's containers on every host that answers.
+  const sweepRun = () => Promise.all((hosts ? hosts.hosts.filter((h) => h.up).map((h) => h.endpoint) : [null]).map((ep) =>
+    (ep ? withDockerEndpoint(ep, () => removeRunContainers()) : removeRunContainers()).catch((e: unknown) => err(`stop: sweeping containers failed: ${(e as Error).message}\n`))));
+  let sweeps: NodeJS.Timeout | undefined;
+  const onStop = () => {
+    err("stopping: ending the rollouts in flight; the unshipped groups run when this run resumes\n");
+    void sweepRun();
+    sweeps = setInterval(() => void sweepRun(), STOP_SWEEP_MS);
+  };
+  if (stop?.aborted) onStop();
+  else stop?.addEventListener("abort", onStop, { once: true });
   let result;
   let unsweptHosts: string[] = [];
   try {
     result = await runWorkerLoop(tasks, { runner, launcher, sink: sender, events, journal, ...(hosts ? { hosts } : {}) }, {
       groupSize: cfg.groupSize, concurrency: cfg.concurrency, maxAttempts: cfg.maxAttempts, runId, routing: launcher.routing ?? null,
       staleness: { maxStaleness: cfg.maxStaleness }, lengthPolicy: { maxSequenceTokens: cfg.maxSequenceTokens, overLength: cfg.overLength }, samplingVersion: launcher.samplingVersion?.bind(launcher), log: (l) => err(`${l}\n`),
+      ...(stop ? { stop } : {}),
     });
-    await sender.drain(cfg.drainTimeoutMs);
-    journal.finish();
+    if (!stop?.aborted) {
+      await sender.drain(cfg.drainTimeoutMs);
+      journal.finish();
+    } else if (!result.stopped) {
+      // Every group shipped before the stop: the run is done once the trainer has them, which a stopping
+      // trainer may never confirm; then the journal stays open and a restart only resends the spool.
+      if (await sender.drain(STOP_DRAIN_MS).then(() => true, () => false)) journal.finish();
+      else result.stopped = true;
+    }
   } finally {
+    clearInterval(sweeps);
+    stop?.removeEventListener("abort", onStop);
     progress?.stop();
     await runner.close();
     if (hosts) unsweptHosts = (await hosts.close(cfg.lostHostWaitMs)).unswept;
@@ -94,7 +129,7 @@ export async function runRollout(
   // The run's settings ride along, so a summary says how it was produced.
   const summary = {
     ...collector.summary(), runId, sender: sender.stats(), listenerErrors: events.listenerErrors.length, config: cfg,
-    resumed: journal.resumed, ...(hosts ? { unsweptHosts } : {}),
+    resumed: journal.resumed, ...(hosts ? { unsweptHosts } : {}), stopped: result.stopped === true,
   };
   if (io.tty) io.err(`${formatSummary(summary)}\n`);
   io.out(`${JSON.stringify({ event: "summary", ...summary, result })}\n`);
@@ -128,16 +163,29 @@ export const rolloutCommand: LegoCommand = {
       .option("over-length", { type: "string", describe: "drop (default; logged with the reason) or truncate (segments and their loss mask cut to the bound)" })
       .option("docker-host", { type: "string", array: true, describe: "a Docker endpoint to spread sandboxes over (unix:///PATH, tcp://HOST:PORT, ssh://USER@HOST, optionally =SLOTS); repeatable" }),
   handler: async (a) => {
+    // The first SIGTERM/SIGINT stops cleanly (the module doc); once handled, a second one gets the default: exit now.
+    const stop = new AbortController();
+    const onSignal = () => {
+      process.off("SIGTERM", onSignal);
+      process.off("SIGINT", onSignal);
+      stop.abort();
+    };
+    process.on("SIGTERM", onSignal);
+    process.on("SIGINT", onSignal);
     try {
-      await runRollout(configFrom(a), {
+      const summary = await runRollout(configFrom(a), {
         tty: process.stdout.isTTY === true, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s),
         ...(process.stderr.isTTY ? { progress: process.stderr } : {}),
-      }, { sshAgent: sandboxHost().sshAgent ?? undefined });
+      }, { sshAgent: sandboxHost().sshAgent ?? undefined }, stop.signal);
+      if (summary.stopped) process.exitCode = STOPPED_EXIT_CODE;
     } catch (e) {
       // A bad flag or config file is the operator's to fix: say which, without a stack trace.
       if (!(e instanceof WorkerConfigError || e instanceof PolicyEngineError)) throw e;
       process.stderr.write(`lego rollout: ${e.message}\n`);
       process.exitCode = 1;
+    } finally {
+      process.off("SIGTERM", onSignal);
+      process.off("SIGINT", onSignal);
     }
   },
 };

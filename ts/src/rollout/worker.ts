@@ -7,6 +7,13 @@
  * A rollout that ends in env_error is retried up to `maxAttempts`; after that
  * the group ships without it and its `group_shipped` event says how many were
  * dropped. Everything a person or the monitor sees goes through RolloutEvents.
+ *
+ * Stopping (`opts.stop`, aborted on SIGTERM by the CLI): no group and no attempt
+ * starts after the abort, a group whose rollouts were cut short does not ship
+ * (its rollouts run again, under the same ids, when the run resumes from its
+ * journal), and the loop returns once the attempts in flight have ended, with
+ * `stopped` set. Ending those attempts fast is the caller's part (it removes
+ * the run's containers, so their next Docker call fails).
  */
 import type { RoutingShape, TokenCounts, Trajectory } from "../schema/index.ts";
 import { ConcurrencyLimit, ensureBaseImage, ensureTaskImage, isSandboxEnvError, type EnvErrorKind, type RolloutOutcome, type TaskDefinition } from "../sandbox/index.ts";
@@ -42,6 +49,8 @@ export interface WorkerLoopOptions {
   lengthPolicy?: LengthPolicy;
   /** Wait before the 2nd attempt of an env_error rollout, doubled per further attempt (capped at 30 s). Default 1000. */
   retryBackoffMs?: number;
+  /** Aborted: start nothing more, ship nothing more, return once the attempts in flight end (see the module doc). */
+  stop?: AbortSignal;
 }
 
 export const DEFAULT_RETRY_BACKOFF_MS = 1000;
@@ -54,6 +63,15 @@ export interface WorkerResult {
   droppedEnvErrors: number;
   /** Groups a killed earlier process of this run had shipped (skipped on resume; journal.ts). */
   groupsShippedBefore: number;
+  /** Present when the loop was stopped (`opts.stop`) before every group shipped; the run resumes from its journal. */
+  stopped?: true;
+}
+
+/** Thrown where a rollout would start an attempt after the stop; it ends that rollout and its group unshipped. */
+class WorkerStopped extends Error {
+  constructor() {
+    super("the worker is stopping");
+  }
 }
 
 const NO_SESSION: SessionRecords = { segments: [], toolCalls: 0, toolCallParseFailures: 0, rereadsAfterEdit: 0, rolledBackTurns: 0 };
@@ -72,6 +90,7 @@ export async function runWorkerLoop(
   const backoffMs = opts.retryBackoffMs ?? DEFAULT_RETRY_BACKOFF_MS;
   const limit = new ConcurrencyLimit(opts.concurrency);
   const result: WorkerResult = { groupsShipped: 0, trajectoriesShipped: 0, droppedEnvErrors: 0, groupsShippedBefore: 0 };
+  const stopping = () => opts.stop?.aborted === true;
   // With several Docker hosts each host gets its images on first use (hosts.ts); else the process's daemon, now.
   const base = deps.hosts ? null : await ensureBaseImage(undefined, log);
   const images = new Map<string, Promise<string>>();
@@ -93,10 +112,13 @@ export async function runWorkerLoop(
     for (let attempt = 1; attempt <= opts.maxAttempts; attempt++) {
       // Back off before a retry (outside the rollout slots): an env_error from a daemon or engine that is
       // away for a moment would otherwise burn every attempt within milliseconds.
-      if (attempt > 1) await new Promise((r) => setTimeout(r, Math.min(backoffMs * 2 ** (attempt - 2), MAX_BACKOFF_MS)));
+      if (stopping()) throw new WorkerStopped();
+      if (attempt > 1) await pause(Math.min(backoffMs * 2 ** (attempt - 2), MAX_BACKOFF_MS), opts.stop);
+      if (stopping()) throw new WorkerStopped();
       events.emit({ kind: "rollout_started", groupId, trajectoryId, taskId: task.id, attempt });
       const t0 = performance.now();
-      const result = await limit.run(() => attemptOnce(launcher, task, def, `${trajectoryId}.${attempt}`));
+      // Checked again once a slot is free: an attempt queued for one must not create containers after the stop.
+      const result = await limit.run(() => (stopping() ? Promise.reject(new WorkerStopped()) : attemptOnce(launcher, task, def, `${trajectoryId}.${attempt}`)));
       const outcome: RolloutOutcome = { ...result.outcome, attempts: attempt };
       finished = {
         identity: { trajectoryId, groupId, taskId: task.id, harness: launcher.name },
@@ -144,6 +166,7 @@ export async function runWorkerLoop(
       // Its own kind: an unreachable daemon is daemon_unreachable, not a broken Dockerfile.
       return { outcome: envErrorOutcome(e.kind, e.message), session: NO_SESSION };
     }
+    if (stopping()) throw new WorkerStopped(); // an image build may have outlasted the stop
     const agent = await launcher.start(task, def, rolloutId);
     let outcome: RolloutOutcome | undefined;
     try {
@@ -165,12 +188,20 @@ export async function runWorkerLoop(
       result.groupsShippedBefore += 1;
       return;
     }
+    if (stopping()) return;
     await waitUntilFresh(sink, events, opts);
+    if (stopping()) return;
     const groupId = `${opts.runId}-g${index}-${safe(task.id)}`;
     const def = await task.definition();
     // One harness per group (a mixed run assigns it here), so a group's rewards compare like with like.
     const harness = launcher.forGroup?.(groupId) ?? launcher;
-    const all = await Promise.all(Array.from({ length: opts.groupSize }, (_, i) => rollout(harness, task, def, groupId, `${groupId}.r${i}`)));
+    // Settled, not Promise.all: on a stop every rollout of the group must have ended before the loop returns.
+    const settled = await Promise.allSettled(Array.from({ length: opts.groupSize }, (_, i) => rollout(harness, task, def, groupId, `${groupId}.r${i}`)));
+    const failed = settled.find((s): s is PromiseRejectedResult => s.status === "rejected" && !(s.reason instanceof WorkerStopped));
+    if (failed) throw failed.reason;
+    // Cut short by the stop (or finished just as it came): not shipped, so it runs whole when the run resumes.
+    if (stopping()) return;
+    const all = settled.map((s) => (s as PromiseFulfilledResult<FinishedRollout>).value);
     const graded = all.filter((r) => r.outcome.status !== "env_error");
     const dropped = all.length - graded.length;
     let records: Trajectory[] = [];
@@ -203,7 +234,21 @@ export async function runWorkerLoop(
   // large task source is not expanded all at once.
   const groups = new ConcurrencyLimit(Math.ceil(opts.concurrency / opts.groupSize) + 1);
   await Promise.all(tasks.map((t, i) => groups.run(() => group(t, i))));
+  if (stopping() && result.groupsShipped + result.groupsShippedBefore < tasks.length) result.stopped = true;
   return result;
+}
+
+/** Waits `ms`, or less when `stop` is aborted meanwhile (a stop must not wait out a 30 s back-off). */
+function pause(ms: number, stop: AbortSignal | undefined): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      stop?.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    stop?.addEventListener("abort", done, { once: true });
+  });
 }
 
 /** Holds a new group back while the trainer is more than the bound ahead of the sampling weights. */
@@ -213,6 +258,7 @@ async function waitUntilFresh(sink: TrajectorySink, events: RolloutEvents, opts:
   if (mayStartRollout(opts.staleness, sampling, trainer)) return;
   events.emit({ kind: "paused_for_staleness", policyVersion: sampling, trainerVersion: trainer!, maxStaleness: opts.staleness.maxStaleness! });
   for (;;) {
+    if (opts.stop?.aborted) return; // the group checks the stop next and does not start
     const now = opts.samplingVersion?.() ?? 0;
     const latest = sink.policyVersion?.version ?? null;
     if (mayStartRollout(opts.staleness, now, latest)) {

@@ -86,3 +86,26 @@ export async function removeRolloutContainers(rolloutIds: ReadonlySet<string>): 
   );
   return mine.map((c) => c.Id);
 }
+
+/**
+ * Removes every container of this process's run on the current Docker endpoint (warm pools included): how a
+ * worker that is told to stop ends the rollouts in flight at once (their next call on the container fails) and
+ * leaves nothing behind. Other processes' containers are not touched.
+ */
+export async function removeRunContainers(): Promise<string[]> {
+  const docker = dockerClient();
+  let list: Awaited<ReturnType<typeof docker.listContainers>>;
+  try {
+    list = await docker.listContainers({ all: true, filters: { label: [`${LABEL.run}=${currentRun().runId}`] } });
+  } catch (e) {
+    throw daemonError(e, "list containers of this run");
+  }
+  await Promise.all(
+    list.map((c) =>
+      docker.getContainer(c.Id).remove({ force: true, v: true }).catch((e: { statusCode?: number }) => {
+        if (e.statusCode !== 404 && e.statusCode !== 409) throw daemonError(e, `remove ${c.Id.slice(0, 12)}`);
+      }),
+    ),
+  );
+  return list.map((c) => c.Id);
+}
