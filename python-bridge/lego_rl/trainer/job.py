@@ -12,12 +12,18 @@ has one table per section, with the field names below:
     [training]   loss, lr, max_steps, max_staleness, replay_routing, log, threads
     [weights]    dir, sglang, vllm, engine
     [cluster]    ray_address, engines, trainer_ranks, gpus_per_rank, cpus_per_rank, backend, engine_dtype
+    [fleet]      rollout_args, spool_root, producer_id, max_restarts, worker_cpus, lego, log_dir
     [hardware]   nodes, cpus_per_node, gpus_per_node, gpu_memory_gib   (the cluster the job is planned for)
+
+The Ray entry point also takes `-- ROLLOUT-ARGS` after its own flags: the `lego rollout`
+arguments of the rollout fleet the job starts itself (`fleet.rollout_args`; given after `--`
+they replace the file's list).
 
 An unknown table or key, a value of the wrong type, or a key the entry point does not use
 is an error naming the file and the key: a setting that is silently ignored is worse than
-none. Mistakes on the command line are usage errors (argparse, exit 2); mistakes in the
-file are `JobConfigError` (one line and exit 1 through lego_rl/entry.py).
+none, and so is a combination that cannot run (a fleet without a receiver, a rollout argument
+the fleet sets itself). Mistakes on the command line are usage errors (argparse, exit 2);
+mistakes in the file are `JobConfigError` (one line and exit 1 through lego_rl/entry.py).
 """
 
 from __future__ import annotations
@@ -106,6 +112,8 @@ class ClusterConfig:
 
     ray_address: str | None = None
     engines: int = 1
+    """Engines the job starts: on-policy replicas with source.toy_steps; with a rollout fleet, ZeroMQ engine
+    servers the workers sample from (0: the rollout arguments name their own --engine)."""
     trainer_ranks: int = 1
     """Trainer ranks; the routed experts are sharded across all of them (expert-parallel size)."""
     gpus_per_rank: int = 0
@@ -114,6 +122,38 @@ class ClusterConfig:
     """CPUs in each trainer rank's bundle (its torch threads)."""
     backend: Literal["gloo", "nccl"] = "gloo"
     engine_dtype: Literal["float32", "bfloat16"] = "float32"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FleetConfig:
+    """The rollout fleet the Ray job starts itself (cluster only; needs source.receive): one supervised
+    `lego rollout` worker per live Ray node, shipping to this job's receiver and sampling from the job's
+    engine servers (lego_rl/cluster/job_fleet.py). It runs when rollout arguments are given."""
+
+    rollout_args: tuple[str, ...] = ()
+    """`lego rollout` arguments (--tasks, --harness, --group-size, ...); the fleet adds --trainer, --producer-id,
+    --spool-dir and, with cluster.engines > 0, --engine and --model-dir itself."""
+    spool_root: Path = Path("var/rollout-spool")
+    """Worker i spools to SPOOL_ROOT/PRODUCER_ID-i on its node (its run journal too, so a restart resumes)."""
+    producer_id: str = "rollout"
+    """Worker i is PRODUCER_ID-i (its batch and trajectory ids)."""
+    max_restarts: int = 20
+    """Restarts of a worker that exits non-zero, with back-off; one more failure ends the job with an error."""
+    worker_cpus: int = 1
+    """Ray CPUs each worker's supervisor holds (its sandboxes use the node's Docker, not Ray's CPUs)."""
+    lego: Path | None = None
+    """The `lego` entry point on every node (default: this checkout's ts/bin/lego)."""
+    log_dir: Path | None = None
+    """Keep each worker's stderr in LOG_DIR/rollout-<restart>.log on its node (default: only its tail, in errors)."""
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.rollout_args)
+
+
+# Flags the fleet sets on every worker: given by hand they would fight the fleet's own.
+FLEET_SETS_ALWAYS = ("--trainer", "--producer-id", "--spool-dir")
+FLEET_SETS_WITH_ENGINES = ("--engine", "--model-dir")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -137,6 +177,7 @@ class JobConfig:
     training: TrainingConfig = TrainingConfig()
     weights: WeightSyncConfig = WeightSyncConfig()
     cluster: ClusterConfig = ClusterConfig()
+    fleet: FleetConfig = FleetConfig()
     hardware: HardwareConfig = HardwareConfig()
 
     def step_config(self) -> StepConfig:
@@ -149,7 +190,7 @@ class JobConfig:
 
 _SECTION_TYPES = {"model": ModelConfig, "source": SourceConfig, "checkpoint": CheckpointConfig,
                   "training": TrainingConfig, "weights": WeightSyncConfig, "cluster": ClusterConfig,
-                 "hardware": HardwareConfig}
+                 "fleet": FleetConfig, "hardware": HardwareConfig}
 _SOURCE_KINDS = ("source.spool", "source.receive", "source.toy_steps")
 
 
@@ -178,7 +219,9 @@ FLAGS: tuple[_Flag, ...] = (
                "trainer's checkpoint (no receiver copy, less CPU; docs/transport.md)"),
     _Flag(key="cluster.ray_address", flag="--ray-address", scope="cluster",
           help="join this Ray cluster (default: start a local one)"),
-    _Flag(key="cluster.engines", flag="--engines", scope="cluster", help="engine replicas for on-policy sampling"),
+    _Flag(key="cluster.engines", flag="--engines", scope="cluster",
+          help="engines the job starts: on-policy replicas (--toy-steps) or the rollout fleet's engine servers "
+               "(0: the rollout arguments name their own --engine)"),
     _Flag(key="cluster.trainer_ranks", flag="--trainer-ranks", scope="cluster",
           help="trainer ranks; experts are sharded across them"),
     _Flag(key="cluster.gpus_per_rank", flag="--gpus-per-rank", scope="cluster",
@@ -203,6 +246,18 @@ FLAGS: tuple[_Flag, ...] = (
           help="vLLM server (dev mode + LegoWeightReloader extension) to load each version (repeatable)"),
     _Flag(key="weights.engine", flag="--sync-engine", scope="cluster", metavar="ADDRESS",
           help="ZeroMQ engine server (python -m lego_rl.engine, e.g. tcp://HOST:5556) to load each version (repeatable)"),
+    _Flag(key="fleet.spool_root", flag="--fleet-spool-root", scope="cluster", metavar="DIR",
+          help="rollout worker i spools to DIR/PRODUCER_ID-i on its node (default var/rollout-spool)"),
+    _Flag(key="fleet.producer_id", flag="--fleet-producer-id", scope="cluster", metavar="ID",
+          help="rollout worker i is ID-i (default rollout)"),
+    _Flag(key="fleet.max_restarts", flag="--fleet-max-restarts", scope="cluster", metavar="N",
+          help="restarts of a failing rollout worker before the job ends with an error (default 20)"),
+    _Flag(key="fleet.worker_cpus", flag="--fleet-worker-cpus", scope="cluster", metavar="N",
+          help="Ray CPUs each rollout worker's supervisor holds (default 1)"),
+    _Flag(key="fleet.lego", flag="--fleet-lego", scope="cluster", metavar="PATH",
+          help="the lego entry point on every node (default: this checkout's ts/bin/lego)"),
+    _Flag(key="fleet.log_dir", flag="--fleet-log-dir", scope="cluster", metavar="DIR",
+          help="keep each rollout worker's stderr under DIR on its node"),
 )
 
 
@@ -219,7 +274,7 @@ def _unoptional(kind: Any) -> Any:
 
 
 def _uses(key: str, entry: Entry) -> bool:
-    if key.startswith("hardware."):  # a file-only table: the Ray entry point checks its cluster against it
+    if key.startswith(("hardware.", "fleet.")):  # the Ray entry point's alone (hardware: a file-only table)
         return entry == "cluster"
     flag = next((f for f in FLAGS if f.key == key), None)
     return flag is None or flag.scope in ("both", entry)
@@ -227,7 +282,10 @@ def _uses(key: str, entry: Entry) -> bool:
 
 def job_parser(entry: Entry, *, prog: str, description: str | None) -> argparse.ArgumentParser:
     """The entry point's parser: --config plus the FLAGS its entry uses; only flags given land in the namespace."""
-    parser = argparse.ArgumentParser(prog=prog, description=description, argument_default=argparse.SUPPRESS)
+    epilog = ("-- ROLLOUT-ARGS   after the flags: the `lego rollout` arguments of the rollout fleet this job\n"
+              "                 starts itself, one worker per Ray node [fleet.rollout_args]") if entry == "cluster" else None
+    parser = argparse.ArgumentParser(prog=prog, description=description, argument_default=argparse.SUPPRESS, epilog=epilog,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, metavar="FILE.toml",
                         help="job configuration file (tables as in lego_rl/trainer/job.py); flags override it")
     sources = parser.add_mutually_exclusive_group()
@@ -330,18 +388,54 @@ def build_job(values: Mapping[str, Any], *, origin: str) -> JobConfig:
     if (sync.sglang or sync.vllm or sync.engine) and sync.dir is None:
         raise JobConfigError(f"{origin}: --sync-sglang/--sync-vllm/--sync-engine (weights.sglang/vllm/engine) load "
                              "weights from disk: give --weights-dir (weights.dir) on a path the servers see")
+    _check_fleet(job, {k for k in values if k.startswith("fleet.")}, origin)
     return job
+
+
+def _check_fleet(job: JobConfig, given: set[str], origin: str) -> None:
+    """Combinations that cannot run: each names what to give or drop."""
+    fleet = job.fleet
+    if not fleet.enabled:
+        others = sorted(given - {"fleet.rollout_args"})
+        if others:
+            raise JobConfigError(f"{origin}: {', '.join(others)} set but no rollout arguments: give the `lego rollout` "
+                                 "arguments after -- (or fleet.rollout_args), or drop the fleet settings")
+        return
+    if job.source.receive is None:
+        raise JobConfigError(f"{origin}: the rollout fleet ships to this job's receiver: give --receive ADDRESS "
+                             "(source.receive), e.g. tcp://0.0.0.0:5555")
+    reserved = FLEET_SETS_ALWAYS + (FLEET_SETS_WITH_ENGINES if job.cluster.engines > 0 else ())
+    for arg in fleet.rollout_args:
+        name = arg.split("=", 1)[0]
+        if name in reserved:
+            why = ("the fleet's engine servers (cluster.engines > 0) are each worker's --engine; use --engines 0 "
+                   "to name your own" if name in FLEET_SETS_WITH_ENGINES else "the fleet sets it on every worker")
+            raise JobConfigError(f"{origin}: rollout argument {name}: {why}")
+    if job.cluster.engines < 0:
+        raise JobConfigError(f"{origin}: cluster.engines = {job.cluster.engines}: expected 0 or more")
+    if job.cluster.engines > 0 and job.weights.dir is None:
+        raise JobConfigError(f"{origin}: the fleet's engine servers load each new version from disk: give --weights-dir "
+                             "(weights.dir) on a path every engine's node sees")
+    if fleet.max_restarts < 0 or fleet.worker_cpus < 1:
+        raise JobConfigError(f"{origin}: fleet.max_restarts must be >= 0 and fleet.worker_cpus >= 1 "
+                             f"(got {fleet.max_restarts}, {fleet.worker_cpus})")
 
 
 def parse_job(argv: Sequence[str], entry: Entry, *, prog: str, description: str | None = None) -> JobConfig:
     """The job an entry point was asked to run: defaults < --config FILE < flags."""
     parser = job_parser(entry, prog=prog, description=description)
-    given = vars(parser.parse_args(list(argv)))
+    argv = list(argv)
+    own, rollout_args = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, None)
+    if rollout_args is not None and entry != "cluster":
+        parser.error("arguments after -- are a rollout fleet's; only python -m lego_rl.cluster.train starts one")
+    given = vars(parser.parse_args(own))
     config_file: Path | None = given.pop("config", None)
     values = read_job_file(config_file, entry) if config_file is not None else {}
     if any(k in given for k in _SOURCE_KINDS):  # a source flag replaces the file's source, not joins it
         values = {k: v for k, v in values.items() if k not in _SOURCE_KINDS}
     values |= {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
+    if rollout_args:  # after --, they replace the file's list (as any flag replaces its key)
+        values["fleet.rollout_args"] = tuple(rollout_args)
     try:
         return build_job(values, origin=str(config_file) if config_file is not None else "flags")
     except JobConfigError as error:
@@ -350,5 +444,5 @@ def parse_job(argv: Sequence[str], entry: Entry, *, prog: str, description: str 
         raise
 
 
-__all__ = ["CheckpointConfig", "ClusterConfig", "HardwareConfig", "JobConfig", "JobConfigError", "ModelConfig", "SourceConfig",
+__all__ = ["CheckpointConfig", "ClusterConfig", "FleetConfig", "HardwareConfig", "JobConfig", "JobConfigError", "ModelConfig", "SourceConfig",
            "TrainingConfig", "WeightSyncConfig", "build_job", "job_parser", "parse_job", "read_job_file"]

@@ -148,7 +148,8 @@ def check_devices(job: JobConfig) -> Check:
 def check_placement(job: JobConfig) -> Check:
     hw, cluster = job.hardware, job.cluster
     bundles = trainer_bundles(cluster)
-    engines = [{"CPU": 1.0}] * cluster.engines if job.source.toy_steps else []  # embedded replicas (engine_group.py)
+    # Embedded replicas (engine_group.py) or the fleet's engine servers (job_fleet.py): one CPU each.
+    engines = [{"CPU": 1.0}] * cluster.engines if job.source.toy_steps or job.fleet.enabled else []
     if hw.nodes is None or hw.cpus_per_node is None:
         return Check(name="placement", ok=True, skipped=True,
                      detail=f"no [hardware] nodes/cpus_per_node: {len(bundles)} bundle(s) of {bundles[0]} not fitted")
@@ -197,6 +198,8 @@ def check_engines(job: JobConfig) -> Check:
     named = [f"{len(a)} {k}" for k, (a, _) in kinds.items() if a]
     if job.source.toy_steps:
         named.insert(0, f"{job.cluster.engines} embedded replica(s) ({job.cluster.engine_dtype}) on Ray")
+    elif job.fleet.enabled and job.cluster.engines:
+        named.insert(0, f"the rollout fleet's {job.cluster.engines} engine server(s) ({job.cluster.engine_dtype}) on Ray")
     if not named:
         return Check(name="engines", ok=True, detail="no engine to publish to: rollout workers' engines load weights themselves "
                                                      "(weights.dir)" if sync.dir else "no engine to publish weights to")

@@ -107,3 +107,62 @@ def test_the_example_job_file_parses_for_the_ray_entry_point():
     job = _cluster(["--config", str(REPO / "examples" / "train-job.toml")])
     assert job.source.spool == Path("var/spool") and job.weights.engine == ("tcp://127.0.0.1:5556",)
     assert job.training.max_staleness == 1
+
+
+FLEET = ["--model", "m", "--checkpoints", "c", "--receive", "tcp://0.0.0.0:5555", "--weights-dir", "w"]
+
+
+def test_rollout_arguments_after_dashes_start_a_fleet_with_its_own_flags():
+    job = _cluster([*FLEET, "--engines", "2", "--fleet-max-restarts", "3", "--fleet-producer-id", "box",
+                    "--", "--tasks", "easy", "--harness", "reference", "--group-size", "2"])
+    assert job.fleet.enabled and job.fleet.rollout_args == ("--tasks", "easy", "--harness", "reference", "--group-size", "2")
+    assert (job.cluster.engines, job.fleet.max_restarts, job.fleet.producer_id) == (2, 3, "box")
+    assert job.fleet.spool_root == Path("var/rollout-spool") and job.fleet.lego is None
+    assert not _cluster(FLEET).fleet.enabled  # no rollout arguments, no fleet
+
+
+def test_the_fleet_table_in_a_file_and_dashes_replace_its_list(tmp_path: Path):
+    config = tmp_path / "job.toml"
+    config.write_text('[fleet]\nrollout_args = ["--tasks", "easy", "--harness", "oracle"]\nworker_cpus = 2\n'
+                      'spool_root = "/var/lib/spool"\n')
+    job = _cluster(["--config", str(config), *FLEET])
+    assert job.fleet.rollout_args == ("--tasks", "easy", "--harness", "oracle") and job.fleet.worker_cpus == 2
+    assert job.fleet.spool_root == Path("/var/lib/spool")
+    job = _cluster(["--config", str(config), *FLEET, "--", "--tasks", "builtin", "--harness", "oracle"])
+    assert job.fleet.rollout_args == ("--tasks", "builtin", "--harness", "oracle") and job.fleet.worker_cpus == 2
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    (["--model", "m", "--checkpoints", "c", "--spool", "s", "--", "--tasks", "easy"],
+     "the rollout fleet ships to this job's receiver: give --receive"),
+    ([*FLEET, "--", "--tasks", "easy", "--trainer", "tcp://h:1"], "rollout argument --trainer: the fleet sets it"),
+    ([*FLEET, "--", "--tasks", "easy", "--spool-dir=x"], "rollout argument --spool-dir: the fleet sets it"),
+    ([*FLEET, "--", "--tasks", "easy", "--engine", "tcp://h:1"], "rollout argument --engine: the fleet's engine servers"),
+    (["--model", "m", "--checkpoints", "c", "--receive", "tcp://0.0.0.0:5555", "--", "--tasks", "easy"],
+     "engine servers load each new version from disk: give --weights-dir"),
+    ([*FLEET, "--fleet-max-restarts", "2"], "fleet.max_restarts set but no rollout arguments"),
+    ([*FLEET, "--fleet-max-restarts", "-1", "--", "--tasks", "easy"], "fleet.max_restarts must be >= 0"),
+    ([*FLEET, "--engines", "-1", "--", "--tasks", "easy"], "cluster.engines = -1: expected 0 or more"),
+])
+def test_a_fleet_that_cannot_run_is_a_usage_error_saying_what_to_give(argv: list[str], named: str,
+                                                                       capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit) as caught:
+        _cluster(argv)
+    assert caught.value.code == 2 and named in capsys.readouterr().err
+
+
+def test_with_no_fleet_engines_the_rollout_arguments_name_their_engine_and_the_local_entry_has_no_fleet(
+        capsys: pytest.CaptureFixture[str]):
+    job = _cluster(["--model", "m", "--checkpoints", "c", "--receive", "tcp://0.0.0.0:5555", "--engines", "0",
+                    "--", "--tasks", "easy", "--harness", "reference", "--engine", "tcp://vllm:8000", "--model-dir", "m"])
+    assert job.cluster.engines == 0 and "--engine" in job.fleet.rollout_args
+    with pytest.raises(SystemExit) as caught:
+        _local(["--model", "m", "--checkpoints", "c", "--receive", "tcp://127.0.0.1:1", "--", "--tasks", "easy"])
+    assert caught.value.code == 2 and "only python -m lego_rl.cluster.train starts one" in capsys.readouterr().err
+
+
+def test_a_fleet_table_is_refused_by_the_single_process_trainer(tmp_path: Path):
+    config = tmp_path / "job.toml"
+    config.write_text('[fleet]\nrollout_args = ["--tasks", "easy"]\n')
+    with pytest.raises(JobConfigError, match="fleet.rollout_args is used only by python -m lego_rl.cluster.train"):
+        _local(["--config", str(config), "--model", "m", "--checkpoints", "c", "--spool", "s"])
