@@ -1,7 +1,8 @@
-"""`python -m lego_rl.cluster.fleet -- ROLLOUT-ARGS`: a supervised `lego rollout` worker on every Ray node.
+"""`python -m lego_rl.cluster.fleet -- ROLLOUT-ARGS`: a supervised `lego rollout` worker on every Ray node that has none.
 
 Joins the Ray cluster (`--ray-address`, or starts a local one), starts one
-RolloutWorkerSupervisor per live node (rollout_fleet.py), each running
+RolloutWorkerSupervisor per live node without one yet (rollout_fleet.py; the nodes
+where a job's own fleet or an earlier fleet runs are left alone), each running
 `lego rollout ROLLOUT-ARGS --producer-id ID-i --spool-dir SPOOL_ROOT/ID-i`, prints
 each node's health as a JSON line every `--report-s` seconds, and exits 0 once every
 worker finished (1 when one failed past its restarts or the time ran out). In the same
@@ -14,15 +15,12 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import ray
 
 from ..entry import run_entry
-from .rollout_fleet import fleet_specs, start_rollout_fleet
+from .rollout_fleet import DEFAULT_LEGO, fleet_specs, nodes_with_a_worker, start_rollout_fleet
 from .runtime import connect
-
-DEFAULT_LEGO = Path(__file__).resolve().parents[3] / "ts" / "bin" / "lego"
 
 
 def main(argv: list[str]) -> int:
@@ -43,8 +41,14 @@ def main(argv: list[str]) -> int:
     if any(x in rollout_args for x in ("--producer-id", "--spool-dir")):
         p.error("--producer-id and --spool-dir are set per worker by the fleet; pass --producer-id/--spool-root before --")
     connect(a.ray_address)
-    specs = fleet_specs(a.lego, rollout_args, producer_id=a.producer_id, spool_root=a.spool_root, max_restarts=a.max_restarts)
-    actors = start_rollout_fleet(specs, cpus=a.cpus)
+    busy = nodes_with_a_worker()
+    free = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["NodeID"] not in busy)
+    if not free:
+        raise SystemExit(f"python -m lego_rl.cluster.fleet: every live Ray node ({len(busy)}) already runs a rollout worker: "
+                         "join the new machines to the cluster first (ray start --address HEAD:6379)")
+    specs = fleet_specs(a.lego, rollout_args, producer_id=a.producer_id, spool_root=a.spool_root, max_restarts=a.max_restarts,
+                        nodes=free)
+    actors = start_rollout_fleet(specs, cpus=a.cpus, named=True)
     deadline = time.monotonic() + a.timeout_s
     while True:
         health = ray.get([actor.health.remote() for actor in actors.values()])

@@ -11,16 +11,25 @@ Rollout workers need Docker and the checkout on their node, not GPUs; the actor 
 for `cpus` (default 1) so that placement follows the nodes' CPU resources, and is pinned
 to its node (NodeAffinitySchedulingStrategy) so a Ray restart of the actor never moves a
 worker away from its Docker daemon and spool.
+
+`stop()` sends SIGTERM (the worker ends its rollouts in flight, removes its containers and
+exits; ts/src/rollout/cli.ts) and SIGKILLs the process group only after `stop_grace_s`. A
+worker whose supervisor dies (its job ended, its node's raylet went) gets SIGTERM from the
+kernel (PR_SET_PDEATHSIG), so it never outlives the job unsupervised. The last lines of
+the worker's stderr are kept for `health()`, so a failure can say why.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +48,27 @@ class RolloutWorkerSpec:
     backoff_s: float = 1.0
     max_backoff_s: float = 30.0
     log_dir: str | None = None
+    """Keep each run's stderr in LOG_DIR/rollout-<restart>.log (its tail is kept in health() either way)."""
+    stop_grace_s: float = 60.0
+    """After stop()'s SIGTERM, how long the worker gets to end its rollouts and remove its containers before SIGKILL."""
+
+
+DEFAULT_LEGO = Path(__file__).resolve().parents[3] / "ts" / "bin" / "lego"
+"""This checkout's `lego` entry point (the same path on every node of a cluster set up alike)."""
+
+STDERR_TAIL_LINES = 20
+"""Lines of the worker's stderr kept for health(): enough for the error it died of."""
+
+
+# Loaded here, not in the child: between fork and exec of a threaded process only the call itself is safe.
+_LIBC = ctypes.CDLL(None) if sys.platform == "linux" else None
+_PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the supervisor's thread that started it goes (Linux)."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class RolloutWorkerSupervisor:
@@ -54,6 +84,8 @@ class RolloutWorkerSupervisor:
         self._state = "starting"
         self._restarts = 0
         self._exits: list[int] = []
+        self._pids: list[int] = []
+        self._stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         self._groups_shipped = 0
         self._rollouts_finished = 0
         self._last_line_at: float | None = None
@@ -70,8 +102,10 @@ class RolloutWorkerSupervisor:
                 "node": ray.util.get_node_ip_address(),
                 "state": self._state,
                 "pid": proc.pid if proc is not None and proc.poll() is None else None,
+                "pids": list(self._pids),
                 "restarts": self._restarts,
                 "exit_codes": list(self._exits),
+                "stderr_tail": list(self._stderr_tail),
                 "groups_shipped": self._groups_shipped,
                 "rollouts_finished": self._rollouts_finished,
                 "seconds_since_last_line": None if self._last_line_at is None else time.time() - self._last_line_at,
@@ -85,14 +119,25 @@ class RolloutWorkerSupervisor:
         return self.health()
 
     def stop(self) -> dict[str, Any]:
-        """Stops restarting and terminates the worker (SIGTERM to its process group)."""
+        """Stops restarting and the worker: SIGTERM to its process group, SIGKILL after `stop_grace_s`."""
         self._stop.set()
         with self._lock:
             proc = self._proc
         if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
+            self._signal(proc, signal.SIGTERM)
+            try:
+                proc.wait(self._spec.stop_grace_s)
+            except subprocess.TimeoutExpired:
+                self._signal(proc, signal.SIGKILL)  # its containers go to the next run's reaper (dead pid)
         self._thread.join(60)
         return self.health()
+
+    @staticmethod
+    def _signal(proc: subprocess.Popen[str], sig: signal.Signals) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:  # exited between the check and the signal
+            pass
 
     def _run(self) -> None:
         backoff = self._spec.backoff_s
@@ -119,27 +164,43 @@ class RolloutWorkerSupervisor:
             backoff = min(backoff * 2, self._spec.max_backoff_s)
 
     def _run_once(self) -> int:
-        stderr: Any = subprocess.DEVNULL
+        log = None
         if self._spec.log_dir:
             Path(self._spec.log_dir).mkdir(parents=True, exist_ok=True)
-            stderr = open(Path(self._spec.log_dir) / f"rollout-{self._restarts}.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
+            log = open(Path(self._spec.log_dir) / f"rollout-{self._restarts}.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
         try:
-            proc = subprocess.Popen([self._spec.lego, "rollout", *self._spec.args], stdout=subprocess.PIPE, stderr=stderr,
-                                    stdin=subprocess.DEVNULL, text=True, start_new_session=True)
-        except OSError:
-            if stderr is not subprocess.DEVNULL:
-                stderr.close()
+            proc = subprocess.Popen([self._spec.lego, "rollout", *self._spec.args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    stdin=subprocess.DEVNULL, text=True, start_new_session=True, preexec_fn=_die_with_parent)
+        except OSError as error:
+            with self._lock:
+                self._stderr_tail.append(f"cannot start {self._spec.lego}: {error}")
+            if log is not None:
+                log.close()
             return 127
         with self._lock:
             self._proc = proc
+            self._pids.append(proc.pid)
             self._state = "running"
+        # stderr on its own thread: a full pipe would block the worker while this one reads stdout.
+        errors = threading.Thread(target=self._read_stderr, args=(proc, log), name="rollout-stderr", daemon=True)
+        errors.start()
         assert proc.stdout is not None
         for line in proc.stdout:
             self._seen(line)
         code = proc.wait()
-        if stderr is not subprocess.DEVNULL:
-            stderr.close()
+        errors.join(10)
+        if log is not None:
+            log.close()
         return code
+
+    def _read_stderr(self, proc: subprocess.Popen[str], log: Any) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if log is not None:
+                log.write(line)
+            if line.strip():
+                with self._lock:  # health() copies the tail under the same lock
+                    self._stderr_tail.append(line.rstrip()[:500])
 
     def _seen(self, line: str) -> None:
         if not line.startswith("{"):
@@ -163,17 +224,39 @@ class RolloutWorkerSupervisor:
 RolloutWorkerActor = ray.remote(max_concurrency=4)(RolloutWorkerSupervisor)
 
 
-def start_rollout_fleet(specs: dict[str, RolloutWorkerSpec], *, cpus: float = 1) -> dict[str, Any]:
-    """One supervisor per node: `specs` maps a Ray node id to what runs there; returns node id -> actor handle."""
+SUPERVISOR_NAMESPACE = "lego-rl"
+"""Ray namespace of named supervisors: the same for every job on a cluster, so each sees the others'."""
+
+
+def supervisor_name(node: str) -> str:
+    """The name a fleet's supervisor on `node` registers: one rollout worker per node across every job."""
+    return f"rollout-worker-{node}"
+
+
+def nodes_with_a_worker() -> set[str]:
+    """Node ids whose named supervisor is alive (started by a job's fleet or `python -m lego_rl.cluster.fleet`)."""
+    names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a.get("namespace") == SUPERVISOR_NAMESPACE}
+    return {n["NodeID"] for n in ray.nodes() if n.get("Alive") and supervisor_name(n["NodeID"]) in names}
+
+
+def start_rollout_fleet(specs: dict[str, RolloutWorkerSpec], *, cpus: float = 1, named: bool = False) -> dict[str, Any]:
+    """One supervisor per node: `specs` maps a Ray node id to what runs there; returns node id -> actor handle.
+
+    `named`: each registers `supervisor_name(node)` in SUPERVISOR_NAMESPACE (a node that has one already is an
+    error), so a later `python -m lego_rl.cluster.fleet` adds workers only where none runs.
+    """
     alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
     unknown = set(specs) - alive
     if unknown:
         raise ValueError(f"no live Ray node with id {sorted(unknown)}")
+    if named and (busy := set(specs) & nodes_with_a_worker()):
+        raise ValueError(f"Ray node(s) {sorted(busy)} already run a rollout worker (another job's fleet?)")
+    names = ({"name": supervisor_name(node), "namespace": SUPERVISOR_NAMESPACE} if named else {} for node in specs)
     return {
         node: RolloutWorkerActor.options(
-            num_cpus=cpus, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
+            num_cpus=cpus, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False), **name,
         ).remote(spec)
-        for node, spec in specs.items()
+        for (node, spec), name in zip(specs.items(), names)
     }
 
 
