@@ -12,7 +12,7 @@ has one table per section, with the field names below:
     [training]   loss, lr, max_steps, max_staleness, replay_routing, log, threads
     [weights]    dir, sglang, vllm, engine
     [cluster]    ray_address, engines, trainer_ranks, gpus_per_rank, cpus_per_rank, backend, engine_dtype
-    [fleet]      rollout_args, spool_root, producer_id, max_restarts, worker_cpus, lego, log_dir
+    [fleet]      rollout_args, spool_root, producer_id, max_restarts, worker_cpus, node_resource, lego, log_dir
     [hardware]   nodes, cpus_per_node, gpus_per_node, gpu_memory_gib   (the cluster the job is planned for)
 
 The Ray entry point also takes `-- ROLLOUT-ARGS` after its own flags: the `lego rollout`
@@ -141,6 +141,9 @@ class FleetConfig:
     """Restarts of a worker that exits non-zero, with back-off; one more failure ends the job with an error."""
     worker_cpus: int = 1
     """Ray CPUs each worker's supervisor holds (its sandboxes use the node's Docker, not Ray's CPUs)."""
+    node_resource: str | None = None
+    """Only nodes offering this Ray resource run a worker (`ray start --resources '{"rollout": 1}'` on the Docker
+    nodes), so GPU nodes need no Docker; default: every live node."""
     lego: Path | None = None
     """The `lego` entry point on every node (default: this checkout's ts/bin/lego)."""
     log_dir: Path | None = None
@@ -254,6 +257,8 @@ FLAGS: tuple[_Flag, ...] = (
           help="restarts of a failing rollout worker before the job ends with an error (default 20)"),
     _Flag(key="fleet.worker_cpus", flag="--fleet-worker-cpus", scope="cluster", metavar="N",
           help="Ray CPUs each rollout worker's supervisor holds (default 1)"),
+    _Flag(key="fleet.node_resource", flag="--fleet-node-resource", scope="cluster", metavar="NAME",
+          help="only nodes offering this Ray resource run a rollout worker (default: every live node)"),
     _Flag(key="fleet.lego", flag="--fleet-lego", scope="cluster", metavar="PATH",
           help="the lego entry point on every node (default: this checkout's ts/bin/lego)"),
     _Flag(key="fleet.log_dir", flag="--fleet-log-dir", scope="cluster", metavar="DIR",

@@ -18,7 +18,7 @@ import pyarrow as pa
 from ..schema import DecodedBatch, SchemaError, WeightVersion, decode_batch
 
 if TYPE_CHECKING:
-    from ..transport import Receiver
+    from ..transport import ReceivedBatch, Receiver
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -73,6 +73,12 @@ class ReceiverSource:
 
     receiver: Receiver
     log: Callable[[str], None] = print
+    producers_finished: Callable[[], bool] | None = None
+    """Asked between batches and while none arrives: True once no producer will send again (a job's own
+    rollout fleet has finished), and the source then ends when the receiver has nothing left. It may
+    raise to end training (a fleet that cannot go on). None: the source never ends."""
+    poll_s: float = 1.0
+    """With `producers_finished`: how long to wait for a batch before asking it again."""
 
     def _spooled(self) -> Iterator[TrainingBatch]:
         from ..transport import read_spool_file
@@ -93,11 +99,26 @@ class ReceiverSource:
 
     def __iter__(self) -> Iterator[TrainingBatch]:
         yield from self._spooled()
-        for received in self.receiver:
+        for received in self._live():
             # With handover="consumer" the commit is the durable hand-over: the sender may
             # forget the batch only once the checkpoint holding its update is on disk.
             yield TrainingBatch(batch_id=received.header.batch_id, load=lambda r=received: r.decoded,
                                 done=lambda r=received: self.receiver.commit(r))
+
+    def _live(self) -> Iterator[ReceivedBatch]:
+        if self.producers_finished is None:
+            yield from self.receiver
+            return
+        while True:
+            received = self.receiver.receive(timeout_s=self.poll_s)
+            # Asked with or without a batch, so a failed producer ends training while others still send.
+            # A producer finishes only once its batches are acknowledged, so "finished" and then nothing
+            # received means nothing of theirs is still on the way.
+            done = self.producers_finished()
+            if received is not None:
+                yield received
+            elif done:
+                return
 
     def announce(self, version: int, checkpoint_path: str | None = None) -> None:
         """Tell every rollout worker's sender the trainer's policy version (their staleness bound reads it)."""
