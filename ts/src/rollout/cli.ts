@@ -18,7 +18,7 @@ import { removeRunContainers, sandboxHost, withDockerEndpoint } from "../sandbox
 import { Sender } from "../transport/index.ts";
 import { WorkerConfigError, buildWorkerConfig, readWorkerConfigFile, type WorkerConfig } from "./config.ts";
 import { RolloutEvents } from "./events.ts";
-import { DockerHosts, parseDockerHostSpec } from "./hosts.ts";
+import { DEFAULT_CPU_OVERSUBSCRIPTION, DockerHosts, parseDockerHostSpec } from "./hosts.ts";
 import { RunJournal, runFingerprint } from "./journal.ts";
 import { mixedLauncher, parseHarnessMix, type HarnessShare } from "./harness-mix.ts";
 import { RolloutRunner } from "./runner.ts";
@@ -86,7 +86,11 @@ export async function runRollout(
   const runnerCfg = { ...launcher.runner, concurrency: cfg.concurrency, warmPoolSize: cfg.warmPool, maxAttempts: 1 };
   // Several hosts: each is reaped when opened (the process's own daemon may not be one of them).
   const hosts = cfg.dockerHosts.length
-    ? await DockerHosts.open(cfg.dockerHosts.map(parseDockerHostSpec), { defaultSlots: cfg.concurrency, events, log: (l) => err(`${l}\n`), sshAgent: env.sshAgent })
+    ? await DockerHosts.open(cfg.dockerHosts.map(parseDockerHostSpec), {
+      // A host without =SLOTS: as many as its CPUs (oversubscribed) and memory fit this run's sandboxes, at most --concurrency.
+      capacity: { cpuOversubscription: cfg.cpuOversubscription, cap: cfg.concurrency, ...(runnerCfg.limits ? { limits: runnerCfg.limits } : {}) },
+      events, log: (l) => err(`${l}\n`), sshAgent: env.sshAgent,
+    })
     : undefined;
   const runner = hosts ? new RolloutRunner(runnerCfg) : await RolloutRunner.create(runnerCfg);
   // A stop ends the attempts in flight by removing this run's containers on every host that answers.
@@ -129,7 +133,7 @@ export async function runRollout(
   // The run's settings ride along, so a summary says how it was produced.
   const summary = {
     ...collector.summary(), runId, sender: sender.stats(), listenerErrors: events.listenerErrors.length, config: cfg,
-    resumed: journal.resumed, ...(hosts ? { unsweptHosts } : {}), stopped: result.stopped === true,
+    resumed: journal.resumed, ...(hosts ? { unsweptHosts, dockerHosts: hosts.capacities() } : {}), stopped: result.stopped === true,
   };
   if (io.tty) io.err(`${formatSummary(summary)}\n`);
   io.out(`${JSON.stringify({ event: "summary", ...summary, result })}\n`);
@@ -161,7 +165,8 @@ export const rolloutCommand: LegoCommand = {
       .option("limit", { type: "number", describe: "only the first N tasks" })
       .option("max-sequence-tokens", { type: "number", describe: "the trainer's maximum sequence (tokens per segment); longer trajectories meet --over-length" })
       .option("over-length", { type: "string", describe: "drop (default; logged with the reason) or truncate (segments and their loss mask cut to the bound)" })
-      .option("docker-host", { type: "string", array: true, describe: "a Docker endpoint to spread sandboxes over (unix:///PATH, tcp://HOST:PORT, ssh://USER@HOST, optionally =SLOTS); repeatable" }),
+      .option("docker-host", { type: "string", array: true, describe: "a Docker endpoint to spread sandboxes over (unix:///PATH, tcp://HOST:PORT, ssh://USER@HOST, optionally =SLOTS, else from its CPUs and memory); repeatable" })
+      .option("cpu-oversubscription", { type: "number", describe: `a --docker-host without =SLOTS runs up to its CPUs × this sandboxes of one CPU (default ${DEFAULT_CPU_OVERSUBSCRIPTION})` }),
   handler: async (a) => {
     // The first SIGTERM/SIGINT stops cleanly (the module doc); once handled, a second one gets the default: exit now.
     const stop = new AbortController();
@@ -195,7 +200,7 @@ function configFrom(a: Record<string, any>): WorkerConfig {
   const file = a.config ? readWorkerConfigFile(a.config as string) : {};
   return buildWorkerConfig(file, {
     tasks: a.tasks, harness: a.harness, engine: a.engine, modelDir: a["model-dir"], temperature: a.temperature, maxTokensPerTurn: a["max-tokens-per-turn"], engineWaitMs: a["engine-wait-ms"], maxTurns: a["max-turns"], groupSize: a["group-size"], concurrency: a.concurrency, trainer: a.trainer,
-    maxStaleness: a["max-staleness"], maxAttempts: a["max-attempts"], warmPool: a["warm-pool"], spoolDir: a["spool-dir"], producerId: a["producer-id"], limit: a.limit, dockerHosts: a["docker-host"],
+    maxStaleness: a["max-staleness"], maxAttempts: a["max-attempts"], warmPool: a["warm-pool"], spoolDir: a["spool-dir"], producerId: a["producer-id"], limit: a.limit, dockerHosts: a["docker-host"], cpuOversubscription: a["cpu-oversubscription"],
     maxSequenceTokens: a["max-sequence-tokens"], overLength: a["over-length"],
   } as Partial<WorkerConfig>);
 }

@@ -6,7 +6,7 @@
 import { readFileSync } from "node:fs";
 import { parse } from "smol-toml";
 import { dockerEndpoint } from "../sandbox/index.ts";
-import { parseDockerHostSpec } from "./hosts.ts";
+import { DEFAULT_CPU_OVERSUBSCRIPTION, parseDockerHostSpec } from "./hosts.ts";
 import { harnessMixSpec, parseHarnessMix } from "./harness-mix.ts";
 import { OVER_LENGTH_POLICIES, type OverLengthPolicy } from "./over-length.ts";
 
@@ -57,6 +57,11 @@ export interface WorkerConfig {
   dockerHosts: string[];
   /** At the end, how long the worker waits for a lost Docker host to answer so it can remove its containers there. */
   lostHostWaitMs: number;
+  /**
+   * A Docker host given without `=SLOTS` runs at most NCPU × this / (each sandbox's CPUs) attempts at once (and no more
+   * than its memory fits, nor the concurrency): agent containers mostly wait on the model (hosts.ts says how the default was chosen).
+   */
+  cpuOversubscription: number;
   /** The trainer's maximum sequence (tokens per segment, one forward pass); null = no bound. */
   maxSequenceTokens: number | null;
   /** What happens to a trajectory over that bound: `drop` (with the reason logged) or `truncate` (loss mask cut with it). */
@@ -81,6 +86,7 @@ export const DEFAULT_WORKER_CONFIG: Omit<WorkerConfig, "tasks" | "harness" | "tr
   limit: 0,
   dockerHosts: [],
   lostHostWaitMs: 10_000,
+  cpuOversubscription: DEFAULT_CPU_OVERSUBSCRIPTION,
   maxSequenceTokens: null,
   overLength: "drop",
 };
@@ -111,6 +117,7 @@ const FIELDS: Record<string, { key: keyof WorkerConfig; kind: "string" | "int" |
   limit: { key: "limit", kind: "int" },
   docker_hosts: { key: "dockerHosts", kind: "string[]" },
   lost_host_wait_ms: { key: "lostHostWaitMs", kind: "int" },
+  cpu_oversubscription: { key: "cpuOversubscription", kind: "number" },
   max_sequence_tokens: { key: "maxSequenceTokens", kind: "int?" },
   over_length: { key: "overLength", kind: "string" },
 };
@@ -177,6 +184,7 @@ export function buildWorkerConfig(file: Partial<WorkerConfig>, flags: Partial<Wo
     }
   }
   if (new Set(cfg.dockerHosts).size !== cfg.dockerHosts.length) throw new WorkerConfigError(`--docker-host given twice: ${cfg.dockerHosts.join(", ")}`);
+  if (!(typeof cfg.cpuOversubscription === "number" && cfg.cpuOversubscription > 0)) throw new WorkerConfigError(`--cpu-oversubscription must be > 0, got ${cfg.cpuOversubscription}`);
   if (!Number.isInteger(cfg.lostHostWaitMs) || cfg.lostHostWaitMs < 0) throw new WorkerConfigError(`lost_host_wait_ms must be a non-negative integer, got ${cfg.lostHostWaitMs}`);
   if (cfg.engine && /^(tcp|ipc):\/\//.test(cfg.engine) && !cfg.modelDir) throw new WorkerConfigError(`--engine ${cfg.engine} needs --model-dir (the model directory the engine serves)`);
   return cfg;

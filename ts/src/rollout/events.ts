@@ -4,6 +4,7 @@
  * the worker, so adding a consumer never touches the rollout loop.
  */
 import type { EnvErrorKind, OverLengthAction, TokenCounts, TrajectoryStatus } from "../schema/index.ts";
+import type { HostCapacity } from "./hosts.ts";
 
 export type RolloutEvent =
   | { kind: "rollout_started"; groupId: string; trajectoryId: string; taskId: string; attempt: number }
@@ -18,7 +19,9 @@ export type RolloutEvent =
   // Several Docker hosts (hosts.ts): an attempt (`TRAJECTORY.ATTEMPT`) placed on a host; a host stopped answering, or answers again after `downS`.
   | { kind: "rollout_placed"; rolloutId: string; host: string }
   | { kind: "docker_host_lost"; host: string; error: string }
-  | { kind: "docker_host_back"; host: string; downS: number };
+  | { kind: "docker_host_back"; host: string; downS: number }
+  /** A host's slots, once known: configured (=SLOTS) or from its daemon's resources (hosts.ts). */
+  | ({ kind: "docker_host_capacity" } & HostCapacity);
 
 export type RolloutEventKind = RolloutEvent["kind"];
 type Listener = (event: RolloutEvent & { at: number }) => void;

@@ -9,8 +9,21 @@
  * image is copied from a host that has it (`docker save | load`, streamed) and
  * built only when no host has it; task images build on each host (their builds
  * need no network).
+ *
+ * Slots: a host given as `ENDPOINT=SLOTS` has those. One given without them
+ * gets them from the daemon's own resources (`docker info`: NCPU, MemTotal)
+ * when it first answers, by `hostSlots`:
+ *   min(cap, ⌊NCPU × cpuOversubscription / limits.cpus⌋, ⌊MemTotal / limits.memoryBytes⌋)
+ * with cap = the worker's concurrency and one sandbox container per attempt
+ * (the agent container is discarded before grading starts). CPU is
+ * oversubscribed because an agent container mostly waits on the model (see
+ * DEFAULT_CPU_OVERSUBSCRIPTION); memory is not, because its limit is hard: a
+ * container over it is OOM-killed, and a host over it kills whatever the
+ * kernel picks. Other users of the same daemon are not subtracted: the layout
+ * is one worker per daemon (docs/rollout.md).
  */
 import {
+  DEFAULT_LIMITS,
   baseImageTag,
   copyImage,
   SandboxEnvError,
@@ -22,6 +35,7 @@ import {
   removeRolloutContainers,
   withDockerEndpoint,
   type DockerEndpoint,
+  type SandboxLimits,
   type TaskDefinition,
 } from "../sandbox/index.ts";
 import type { RolloutEvents } from "./events.ts";
@@ -29,9 +43,55 @@ import type { RolloutEvents } from "./events.ts";
 /** One `--docker-host` value: `ENDPOINT` or `ENDPOINT=SLOTS`. */
 export interface DockerHostSpec {
   endpoint: string;
-  /** Attempts this host runs at once; null = the worker's concurrency. */
+  /** Attempts this host runs at once; null = from the daemon's resources (`hostSlots`). */
   slots: number | null;
 }
+
+/**
+ * Sandbox containers per CPU of a host whose slots come from its daemon, when each container is limited to
+ * one CPU. An agent container mostly waits on the model: a turn is seconds of engine time during which the
+ * harness idles. `pnpm bench:rollout` (docs/benchmarks.md) found rollouts/min still rising at 8 per core
+ * (16 in flight on 2 cores) and falling at 16 per core, with a scripted engine that answers at once, the
+ * CPU-heaviest case there is. Half of that knee leaves room for tasks whose tests or builds really compute.
+ */
+export const DEFAULT_CPU_OVERSUBSCRIPTION = 4;
+
+/** How a host without `=SLOTS` gets its slots (the module doc has the rule). */
+export interface CapacityRule {
+  /** Each sandbox container's limits (`cpus`, `memoryBytes` count here). */
+  limits: SandboxLimits;
+  /** Containers' CPU limits may add up to this many times the host's CPUs. */
+  cpuOversubscription: number;
+  /** At most this many (the worker's concurrency: more slots could never fill). */
+  cap: number;
+}
+
+/** What `docker info` says about a daemon's machine. */
+export interface DaemonResources {
+  /** `NCPU`. */
+  cpus: number;
+  /** `MemTotal`, bytes. */
+  memoryBytes: number;
+}
+
+/** A host's slots and where they came from (the `docker_host_capacity` event and the summary's `dockerHosts`). */
+export type HostCapacity =
+  | { host: string; slots: number; source: "configured" }
+  | { host: string; slots: number; source: "daemon"; cpus: number; memoryBytes: number; cpuSlots: number; memorySlots: number; cap: number };
+
+/** Slots of a host with `resources` under `rule`; an error names the host when not even one sandbox fits. */
+export function hostSlots(host: string, resources: DaemonResources, rule: CapacityRule): Extract<HostCapacity, { source: "daemon" }> {
+  const cpuSlots = Math.floor((resources.cpus * rule.cpuOversubscription) / rule.limits.cpus + 1e-9);
+  const memorySlots = Math.floor(resources.memoryBytes / rule.limits.memoryBytes);
+  if (cpuSlots < 1 || memorySlots < 1) {
+    throw new Error(`docker host ${host}: ${resources.cpus} CPU(s) × ${rule.cpuOversubscription} and ${gib(resources.memoryBytes)} of memory `
+      + `do not fit one sandbox (${rule.limits.cpus} CPU, ${gib(rule.limits.memoryBytes)}): give it =SLOTS or lower the limits`);
+  }
+  const slots = Math.min(rule.cap, cpuSlots, memorySlots);
+  return { host, slots, source: "daemon", cpus: resources.cpus, memoryBytes: resources.memoryBytes, cpuSlots, memorySlots, cap: rule.cap };
+}
+
+const gib = (bytes: number) => `${(bytes / 2 ** 30).toFixed(2)} GiB`;
 
 export function parseDockerHostSpec(value: string): DockerHostSpec {
   const m = /^(.+)=(\d+)$/.exec(value);
@@ -41,8 +101,8 @@ export function parseDockerHostSpec(value: string): DockerHostSpec {
 }
 
 export interface DockerHostsOptions {
-  /** Slots of a host given without `=SLOTS`. */
-  defaultSlots: number;
+  /** Slots of a host given without `=SLOTS`: from its daemon's resources. */
+  capacity: { cpuOversubscription: number; cap: number; limits?: SandboxLimits };
   events?: RolloutEvents;
   log?: (line: string) => void;
   /** First wait between probes of a lost host, doubled up to maxProbeMs. Default 500. */
@@ -56,7 +116,9 @@ export interface DockerHostsOptions {
 
 export interface DockerHost {
   readonly endpoint: DockerEndpoint;
-  readonly slots: number;
+  /** 0 until a host without `=SLOTS` first answers (it takes no attempts before: it is lost). */
+  slots: number;
+  capacity: HostCapacity | null;
   inFlight: number;
   up: boolean;
   /** When it was marked lost (ms since epoch), while it is. */
@@ -83,7 +145,8 @@ export class DockerHosts {
     if (new Set(names).size !== names.length) throw new Error(`--docker-host given twice: ${names.join(", ")}`);
     this.hosts = specs.map((s) => ({
       endpoint: dockerEndpoint(s.endpoint, { sshAgent: opts.sshAgent }),
-      slots: s.slots ?? opts.defaultSlots, inFlight: 0, up: true, lostAt: null, back: null, ran: new Set<string>(),
+      slots: s.slots ?? 0, capacity: s.slots === null ? null : { host: s.endpoint, slots: s.slots, source: "configured" as const },
+      inFlight: 0, up: true, lostAt: null, back: null, ran: new Set<string>(),
     }));
   }
 
@@ -96,7 +159,12 @@ export class DockerHosts {
     await Promise.all(hosts.hosts.map(async (h) => {
       try {
         await withDockerEndpoint(h.endpoint, () => reapDeadRuns());
+        await hosts.measure(h);
       } catch (e) {
+        if (e instanceof HostCapacityError) {
+          await hosts.close();
+          throw e;
+        }
         hosts.lose(h, e);
       }
     }));
@@ -105,6 +173,28 @@ export class DockerHosts {
       throw new Error(`no Docker host answers: ${specs.map((s) => s.endpoint).join(", ")}`);
     }
     return hosts;
+  }
+
+  /** Each host's slots and where they came from (null: not known yet, the host has not answered). */
+  capacities(): (HostCapacity | { host: string; slots: null })[] {
+    return this.hosts.map((h) => h.capacity ?? { host: h.endpoint.name, slots: null });
+  }
+
+  /** A host without `=SLOTS`: its slots from `docker info` (once; a daemon's machine does not change under it). */
+  private async measure(host: DockerHost): Promise<void> {
+    if (host.capacity) return;
+    const info = (await host.endpoint.docker.info()) as { NCPU?: number; MemTotal?: number };
+    if (!info.NCPU || !info.MemTotal) throw new Error(`docker host ${host.endpoint.name}: docker info has no NCPU/MemTotal`);
+    const { cpuOversubscription, cap, limits = DEFAULT_LIMITS } = this.opts.capacity;
+    let capacity;
+    try {
+      capacity = hostSlots(host.endpoint.name, { cpus: info.NCPU, memoryBytes: info.MemTotal }, { limits, cpuOversubscription, cap });
+    } catch (e) {
+      throw new HostCapacityError((e as Error).message);
+    }
+    host.capacity = capacity;
+    host.slots = capacity.slots;
+    this.opts.events?.emit({ kind: "docker_host_capacity", ...capacity });
   }
 
   /** Runs `fn` on the host with the most free slots, in that host's scope; waits while none is free. */
@@ -229,7 +319,8 @@ export class DockerHosts {
       let wait = this.opts.probeMs ?? 500;
       const probe = async () => {
         if (this.closed) return resolve();
-        if (await ping(host)) {
+        // Back means answering, and for a host without =SLOTS also measured (else it has no slots to give).
+        if (await ping(host) && await this.measure(host).then(() => true, () => false)) {
           host.up = true;
           this.opts.events?.emit({ kind: "docker_host_back", host: host.endpoint.name, downS: (Date.now() - host.lostAt!) / 1000 });
           host.lostAt = null;
@@ -252,6 +343,9 @@ export class DockerHosts {
     this.timers.add(t);
   }
 }
+
+/** A host's resources do not fit one sandbox: the operator's to fix, not a host to wait for. */
+export class HostCapacityError extends Error {}
 
 async function ping(host: DockerHost): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;

@@ -7,3 +7,4 @@ export { fitToLength, overLengthReason, truncateSegment, type LengthPolicy, type
 export { runWorkerLoop, type TrajectorySink, type WorkerLoopOptions, type WorkerResult } from "./worker.ts";
 export { SummaryCollector, formatSummary, jsonLines, type RunSummary } from "./summary.ts";
 export { DEFAULT_WORKER_CONFIG, WorkerConfigError, buildWorkerConfig, readWorkerConfigFile, type WorkerConfig } from "./config.ts";
+export { DEFAULT_CPU_OVERSUBSCRIPTION, DockerHosts, HostCapacityError, hostSlots, parseDockerHostSpec, type CapacityRule, type DaemonResources, type DockerHostSpec, type HostCapacity } from "./hosts.ts";
