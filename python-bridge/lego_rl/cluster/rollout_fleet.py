@@ -15,18 +15,18 @@ worker away from its Docker daemon and spool.
 `stop()` sends SIGTERM (the worker ends its rollouts in flight, removes its containers and
 exits; ts/src/rollout/cli.ts) and SIGKILLs the process group only after `stop_grace_s`. A
 worker whose supervisor dies (its job ended, its node's raylet went) gets SIGTERM from the
-kernel (PR_SET_PDEATHSIG), so it never outlives the job unsupervised. The last lines of
+kernel (PR_SET_PDEATHSIG, set by util-linux setpriv), so it never outlives the job
+unsupervised. The last lines of
 the worker's stderr are kept for `health()`, so a failure can say why.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
+import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -60,15 +60,16 @@ STDERR_TAIL_LINES = 20
 """Lines of the worker's stderr kept for health(): enough for the error it died of."""
 
 
-# Loaded here, not in the child: between fork and exec of a threaded process only the call itself is safe.
-_LIBC = ctypes.CDLL(None) if sys.platform == "linux" else None
-_PR_SET_PDEATHSIG = 1  # prctl(2)
+# util-linux's setpriv sets the child's parent-death signal (prctl PR_SET_PDEATHSIG) and execs the worker: a
+# preexec_fn doing the same deadlocked in the forked child of the threaded actor process (seen here), as
+# Python's docs warn. Absent (not Linux): the worker is not told when its supervisor dies.
+_SETPRIV = shutil.which("setpriv")
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the supervisor's thread that started it goes (Linux)."""
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def _command(spec: RolloutWorkerSpec) -> list[str]:
+    """`lego rollout ARGS`, under setpriv so it gets SIGTERM when the supervisor's thread that started it goes."""
+    command = [spec.lego, "rollout", *spec.args]
+    return [_SETPRIV, "--pdeathsig", "TERM", "--", *command] if _SETPRIV else command
 
 
 class RolloutWorkerSupervisor:
@@ -169,8 +170,8 @@ class RolloutWorkerSupervisor:
             Path(self._spec.log_dir).mkdir(parents=True, exist_ok=True)
             log = open(Path(self._spec.log_dir) / f"rollout-{self._restarts}.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
         try:
-            proc = subprocess.Popen([self._spec.lego, "rollout", *self._spec.args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    stdin=subprocess.DEVNULL, text=True, start_new_session=True, preexec_fn=_die_with_parent)
+            proc = subprocess.Popen(_command(self._spec), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    stdin=subprocess.DEVNULL, text=True, start_new_session=True)
         except OSError as error:
             with self._lock:
                 self._stderr_tail.append(f"cannot start {self._spec.lego}: {error}")
