@@ -5,7 +5,8 @@
  * lego eval of one task with scripted-gold, a receiver's spool read as in Jupyter, a monitor
  * replay); in every other sh block each command starts with a program the repository has, and
  * the flags of each `lego …` and `python -m lego_rl…` command, continuation lines joined, are
- * ones that command's own --help lists (the CLI's flag definitions, yargs and argparse).
+ * ones that command's own --help lists (the CLI's flag definitions, yargs and argparse); after a
+ * Ray entry point's `--`, the rollout fleet's arguments, the ones `lego rollout --help` lists.
  */
 import { execFile, spawn } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
@@ -112,7 +113,15 @@ describe("docs/guide.md", () => {
           const sub = tokens[3] && /^[a-z]+$/.test(tokens[3]) ? [tokens[3]] : [];
           const text = await help([PYTHON, "-m", module], sub);
           if (text.startsWith("FAILED")) problems.push(`\`${command}\`: python -m ${module} ${sub.join(" ")} --help failed: ${text}`);
-          for (const flag of flagsOf(tokens)) if (!lists(text, flag)) problems.push(`\`${command}\`: python -m ${module} --help lists no ${flag}`);
+          // After `--` come the `lego rollout` arguments of the fleet the Ray entry points start (their --help says so).
+          const dashes = tokens.indexOf("--");
+          const own = dashes < 0 ? tokens : tokens.slice(0, dashes);
+          for (const flag of flagsOf(own)) if (!lists(text, flag)) problems.push(`\`${command}\`: python -m ${module} --help lists no ${flag}`);
+          if (dashes >= 0) {
+            if (!text.includes("-- ROLLOUT-ARGS")) problems.push(`\`${command}\`: python -m ${module} --help takes nothing after --`);
+            const rollout = await help([LEGO], ["rollout"]);
+            for (const flag of flagsOf(tokens.slice(dashes + 1))) if (!lists(rollout, flag)) problems.push(`\`${command}\`: lego rollout --help lists no ${flag} (after --)`);
+          }
         }
       }
     }

@@ -115,7 +115,10 @@ describe("docker hosts", () => {
     const expected = await daemonSlots(1.5, 64);
     const hosts = await DockerHosts.open([{ endpoint: A, slots: null }, { endpoint: B, slots: 1 }], { capacity: capacity(64, 1.5), events });
     const fromDaemon = { host: A, slots: expected.slots, source: "daemon", cpus: expected.cpus, memoryBytes: expected.memoryBytes, cap: 64 };
-    expect(seen).toEqual([expect.objectContaining({ kind: "docker_host_capacity", ...fromDaemon })]);
+    expect(seen).toEqual([
+      expect.objectContaining({ kind: "docker_host_capacity", host: B, slots: 1, source: "configured" }),
+      expect.objectContaining({ kind: "docker_host_capacity", ...fromDaemon }),
+    ]);
     expect(hosts.capacities()).toEqual([expect.objectContaining(fromDaemon), { host: B, slots: 1, source: "configured" }]);
     expect(hosts.hosts.map((h) => h.slots)).toEqual([expected.slots, 1]);
     // The capped case: at concurrency 1 the daemon's host gets 1 slot, whatever its machine.

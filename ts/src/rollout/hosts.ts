@@ -156,6 +156,7 @@ export class DockerHosts {
    */
   static async open(specs: readonly DockerHostSpec[], opts: DockerHostsOptions): Promise<DockerHosts> {
     const hosts = new DockerHosts(specs, opts);
+    for (const h of hosts.hosts) if (h.capacity) opts.events?.emit({ kind: "docker_host_capacity", ...h.capacity }); // configured
     await Promise.all(hosts.hosts.map(async (h) => {
       try {
         await withDockerEndpoint(h.endpoint, () => reapDeadRuns());

@@ -128,7 +128,8 @@ export async function runWorkerLoop(
         routing: opts.routing,
       };
       if (outcome.status !== "env_error") break;
-      if (attempt < opts.maxAttempts) events.emit({ kind: "rollout_retried", groupId, trajectoryId, envError: outcome.envError!.kind, attempt });
+      // A stop ends attempts env_error (their containers are removed): not a retry, the rollout just ends.
+      if (attempt < opts.maxAttempts && !stopping()) events.emit({ kind: "rollout_retried", groupId, trajectoryId, envError: outcome.envError!.kind, attempt });
     }
     const { outcome, wallTimeS } = finished!;
     events.emit({
