@@ -20,6 +20,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { goldScript, HARNESS_TOOLS } from "../harness/index.ts";
 import { dockerClient } from "../sandbox/docker.ts";
 import { ensureBaseImage, LABEL } from "../sandbox/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS, leftoverContainers } from "../sandbox/test-support.ts";
@@ -35,13 +36,15 @@ const AGENT_TIMEOUT_SEC = 20;
 
 /**
  * Which rollout's agent is signalled, and before which engine call answers
- * (0-based). The gold script is write gold.patch, write solve.sh, run it,
- * submit: call 3 comes after the fix is in the workspace.
+ * (0-based). On these easy tasks the gold script is one edit through the
+ * harness's own editor, then submit: call 1 comes after the fix is in the
+ * workspace (a test pins that script's length, so a change to it fails here
+ * plainly rather than leaving a fault unfired).
  */
 const FAULTS: Record<string, { signal: "SIGKILL" | "SIGSTOP"; atCall: number; status: "agent_error" | "timeout" }> = {
   "g0.r1": { signal: "SIGKILL", atCall: 0, status: "agent_error" },
   "g1.r0": { signal: "SIGSTOP", atCall: 1, status: "timeout" },
-  "g2.r0": { signal: "SIGKILL", atCall: 3, status: "agent_error" },
+  "g2.r0": { signal: "SIGKILL", atCall: 1, status: "agent_error" },
   "g2.r1": { signal: "SIGSTOP", atCall: 0, status: "timeout" },
 };
 
@@ -80,6 +83,7 @@ describe("worker faults: the harness crashes or hangs", () => {
   });
 
   it("ends a crashed harness as agent_error and a hung one as timeout, never env_error or retried; every rollout once, nothing left", { timeout: 600_000 }, async () => {
+    for (const t of tasks) expect(goldScript(await t.definition(), HARNESS_TOOLS.reference!.tools), t.id).toHaveLength(2);
     const signalled: string[] = [];
     const hookErrors: unknown[] = [];
     const launcher = scriptedLauncher({
