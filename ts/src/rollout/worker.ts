@@ -23,6 +23,8 @@ export interface TrajectorySink {
   send(trajectories: readonly Trajectory[], routing: RoutingShape | null): Promise<unknown>;
   readonly policyVersion: { version: number } | null;
   waitForPolicyVersion(minVersion: number, timeoutMs?: number): Promise<{ version: number }>;
+  /** The Sender's: resolves once the batches are acked and the trainer's step on them is done (Sender.waitUntilTrained). */
+  waitUntilTrained?(batchIds: readonly string[], timeoutMs?: number): Promise<void>;
 }
 
 export interface WorkerLoopOptions {
@@ -34,6 +36,11 @@ export interface WorkerLoopOptions {
   runId: string;
   routing: RoutingShape | null;
   staleness: StalenessBound;
+  /**
+   * Set: one group at a time, the next starting only after the trainer's step on the last one
+   * (at most `waitMs` each), so no token is sampled by weights older than the trainer's.
+   */
+  onPolicy?: { waitMs: number };
   /** The version of the weights new rollouts sample with (from the engine); 0 when none is known. */
   samplingVersion?: () => number;
   log?: (line: string) => void;
@@ -64,6 +71,7 @@ export async function runWorkerLoop(
   opts: WorkerLoopOptions,
 ): Promise<WorkerResult> {
   const { runner, launcher, sink, events } = deps;
+  if (opts.onPolicy && !sink.waitUntilTrained) throw new Error("on-policy rollouts need a sink that knows when the trainer's step is done (the data plane's Sender)");
   const log = opts.log ?? (() => {});
   const backoffMs = opts.retryBackoffMs ?? DEFAULT_RETRY_BACKOFF_MS;
   const limit = new ConcurrencyLimit(opts.concurrency);
@@ -180,8 +188,14 @@ export async function runWorkerLoop(
     for (const s of staleAtShip(opts.staleness, graded, sink.policyVersion?.version ?? null)) {
       events.emit({ kind: "over_staleness_bound", groupId, ...s, maxStaleness: opts.staleness.maxStaleness! });
     }
-    const send = async () => void (graded.length ? await sink.send(graded, opts.routing) : undefined);
+    let shipped: unknown;
+    const send = async () => void (graded.length ? (shipped = await sink.send(graded, opts.routing)) : undefined);
     await (deps.journal ? deps.journal.ship(index, groupId, graded.length, send) : send());
+    if (opts.onPolicy && Array.isArray(shipped) && shipped.length && index < tasks.length - 1) {
+      // The next group samples only after the trainer's step on this one has published its weights
+      // (after the last group there is none to wait for; the final drain waits for its ack).
+      await sink.waitUntilTrained!((shipped as { batch_id: string }[]).map((h) => h.batch_id), opts.onPolicy.waitMs);
+    }
     result.groupsShipped += graded.length ? 1 : 0;
     result.trajectoriesShipped += graded.length;
     result.droppedEnvErrors += dropped;
@@ -191,7 +205,7 @@ export async function runWorkerLoop(
   // Groups start only as slots free up (one more than the rollout slots need, so the next group
   // fills the tail of the last), so the staleness check runs when a group really starts and a
   // large task source is not expanded all at once.
-  const groups = new ConcurrencyLimit(Math.ceil(opts.concurrency / opts.groupSize) + 1);
+  const groups = new ConcurrencyLimit(opts.onPolicy ? 1 : Math.ceil(opts.concurrency / opts.groupSize) + 1);
   await Promise.all(tasks.map((t, i) => groups.run(() => group(t, i))));
   return result;
 }
