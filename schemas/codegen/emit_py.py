@@ -85,13 +85,16 @@ def _descriptor(field: FieldDef) -> str:
         args.append(f"values={_snake(t.ref).upper()}_VALUES")
     elif t.ref:
         args.append(f'record="{t.ref}"')
+    if field.since:
+        args.append(f'since="{field.since}"')
     return f"        FieldDescriptor({', '.join(args)}),\n"
 
 
 def _fields(fields: tuple[FieldDef, ...], *, optional_defaults: bool = False) -> list[str]:
     out = []
     for field in fields:
-        null = (" | None = None" if optional_defaults else " | None") if field.nullable else ""
+        # A field added in a MINOR release defaults to None, so code that builds the record without it still works.
+        null = (" | None = None" if optional_defaults or field.since else " | None") if field.nullable else ""
         out.append(f"    {field.name}: {_py_type(field.type)}{null}\n")
         if field.doc:
             out.append(f'    """{field.doc}"""\n')
@@ -175,7 +178,9 @@ def emit_py(model: SchemaModel) -> str:
         '    scalar: str = ""\n'
         '    element: str = ""\n'
         "    values: tuple[str, ...] = ()\n"
-        '    record: str = ""\n\n\n'
+        '    record: str = ""\n'
+        '    since: str = ""\n'
+        '    """MAJOR.MINOR that added this column ("" = from the start); batches of older MINOR versions lack it and read it as null."""\n\n\n'
     )
     out.append("RECORD_CLASSES: dict[str, type] = {\n")
     out.extend(f'    "{r.name}": {r.name},\n' for r in model.records)

@@ -91,7 +91,8 @@ def _descriptor(field: FieldDef) -> str:
         parts.append(f"values: {_const_name(t.ref)}_VALUES")
     elif t.ref:
         parts.append(f'record: "{t.ref}"')
-    return f'  {{ name: "{field.name}", nullable: {str(field.nullable).lower()}, type: {{ {", ".join(parts)} }} }},\n'
+    since = f', since: "{field.since}"' if field.since else ""
+    return f'  {{ name: "{field.name}", nullable: {str(field.nullable).lower()}, type: {{ {", ".join(parts)} }}{since} }},\n'
 
 
 def emit_ts(model: SchemaModel) -> str:
@@ -125,7 +126,9 @@ def emit_ts(model: SchemaModel) -> str:
         for field in record.fields:
             out.append(_doc(field.doc, "  "))
             null = " | null" if field.nullable else ""
-            out.append(f"  {field.name}: {_ts_type(field.type)}{null};\n")
+            # A field added in a MINOR release is optional, so code that builds the record without it still compiles.
+            optional = "?" if field.since else ""
+            out.append(f"  {field.name}{optional}: {_ts_type(field.type)}{null};\n")
         out.append("}\n\n")
 
     for message in model.messages:
@@ -157,7 +160,9 @@ def emit_ts(model: SchemaModel) -> str:
         '  | { kind: "record"; record: RecordName }\n'
         '  | { kind: "records"; record: RecordName };\n'
         "export interface FieldDescriptor {\n  readonly name: string;\n  readonly nullable: boolean;\n"
-        "  readonly type: FieldType;\n}\n"
+        "  readonly type: FieldType;\n"
+        "  /** MAJOR.MINOR that added this column (absent: from the start); batches of older MINOR versions lack it and read it as null. */\n"
+        "  readonly since?: string;\n}\n"
         "/** Control messages also hold packed arrays: msgpack bin of little-endian values. */\n"
         'export type ArrayElement = "int32" | "float32" | "uint8" | "uint16";\n'
         'export type MessageFieldType = FieldType | { kind: "array"; element: ArrayElement };\n'

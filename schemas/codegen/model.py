@@ -51,6 +51,8 @@ class FieldDef:
     type: FieldType
     nullable: bool
     doc: str
+    since: str = ""
+    """MAJOR.MINOR of the release that added the field to an Arrow record ("" = from the start)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -142,8 +144,39 @@ def _parse_fields(raw: list[dict], where: str, enums: set[str], records: set[str
             raise SchemaDefinitionError(f"{where}.{name}: field names are snake_case")
         seen.add(name)
         ftype, nullable = _parse_type(entry["type"], f"{where}.{name}", enums, records)
-        fields.append(FieldDef(name=name, type=ftype, nullable=nullable, doc=entry.get("doc", "")))
+        since = entry.get("since", "")
+        if since and not re.fullmatch(r"\d+\.\d+", since):
+            raise SchemaDefinitionError(f"{where}.{name}: since {since!r} is not MAJOR.MINOR")
+        fields.append(FieldDef(name=name, type=ftype, nullable=nullable, doc=entry.get("doc", ""), since=since))
     return tuple(fields)
+
+
+def _minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def _check_since(record: RecordDef, version: str) -> None:
+    """A MINOR release may only append nullable top-level columns (docs/schema.md, "Versions")."""
+    last: tuple[int, int] | None = None
+    for field in record.fields:
+        where = f"{record.name}.{field.name}"
+        if not field.since:
+            if last is not None:
+                raise SchemaDefinitionError(f"{where}: comes after a field added later (since {last[0]}.{last[1]}); add fields at the end")
+            continue
+        if not record.arrow:
+            raise SchemaDefinitionError(
+                f"{where}: `since` is for top-level columns of Arrow records; a nested struct cannot grow in a MINOR release"
+            )
+        if not field.nullable:
+            raise SchemaDefinitionError(f"{where}: a field added in a MINOR release must be nullable (older batches read it as null)")
+        since = _minor(field.since)
+        if since[0] != _minor(version)[0] or since > _minor(version):
+            raise SchemaDefinitionError(f"{where}: since {field.since} is not a release of schema {version}'s MAJOR up to it")
+        if last is not None and since < last:
+            raise SchemaDefinitionError(f"{where}: since {field.since} comes after a field since {last[0]}.{last[1]}; keep them in release order")
+        last = since
 
 
 def load_schema(path: Path) -> SchemaModel:
@@ -180,12 +213,16 @@ def load_schema(path: Path) -> SchemaModel:
         for name, body in raw.get("messages", {}).items()
     )
     for message in messages:
+        if any(field.since for field in message.fields):
+            raise SchemaDefinitionError(f"{message.name}: `since` is for Arrow records; a message's nullable fields are optional already")
+    for message in messages:
         for field in message.fields:
             if field.type.kind not in ("scalar", "enum", "strings", "array"):
                 raise SchemaDefinitionError(
                     f"{message.name}.{field.name}: control messages hold scalars, enums, list<string> and array<T> only"
                 )
     for record in records:
+        _check_since(record, version)
         for field in record.fields:
             if field.type.kind == "array":
                 raise SchemaDefinitionError(f"{record.name}.{field.name}: array<T> is for control messages; records use tokens<T>")

@@ -21,7 +21,8 @@ function* sources(dir: string): Generator<string> {
   }
 }
 
-const isTestMaterial = (path: string) => /\.test\.ts$|test-support\.ts$/.test(path);
+// A `*-suite.ts` is a shared test body several e2e test files run (rollout/train-suite.ts).
+const isTestMaterial = (path: string) => /\.test\.ts$|test-support\.ts$|-suite\.ts$/.test(path);
 const concernOf = (path: string) => relative(SRC, path).split("/")[0]!;
 
 describe("concern faces", () => {

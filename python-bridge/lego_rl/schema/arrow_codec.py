@@ -109,7 +109,7 @@ def _build(
                 _offsets([a.size for a in arrays]), pa.array(flat_values), type=type_, mask=_mask(values, desc.nullable)
             )
         case "record":
-            return _build_struct(desc.record, values, routing, f"{where}.{desc.name}")
+            return _build_struct(desc.record, values, routing, f"{where}.{desc.name}", mask=_mask(values, desc.nullable))
         case "records":
             flat_records = [r for v in values if v is not None for r in v]
             lengths = [0 if v is None else len(v) for v in values]
@@ -118,12 +118,42 @@ def _build(
     raise AssertionError(desc)
 
 
-def _build_struct(record: str, values: Sequence[Any], routing: RoutingShape | None, where: str) -> pa.StructArray:
+def _build_struct(
+    record: str, values: Sequence[Any], routing: RoutingShape | None, where: str, *, mask: pa.Array | None = None
+) -> pa.StructArray:
     descs = g.RECORD_FIELDS[record]
     routing_type = routing.arrow_type if routing else pa.uint8()
     fields = g.ARROW_FIELD_BUILDERS[record](routing_type)
-    children = [_build(d, f.type, [getattr(v, d.name) for v in values], routing, where) for d, f in zip(descs, fields)]
-    return pa.StructArray.from_arrays(children, fields=fields)
+    # A null struct still has a slot in each child column; a fixed filler keeps the bytes deterministic.
+    rows = [v if v is not None else _placeholder_row(record) for v in values]
+    children = [_build(d, f.type, [getattr(v, d.name) for v in rows], routing, where) for d, f in zip(descs, fields)]
+    return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
+
+
+_SCALAR_FILLER: dict[str, Any] = {"string": "", "bool": False, "float32": 0.0, "float64": 0.0}
+
+
+def _placeholder_row(record: str) -> Any:
+    """The filler under a null struct: a value of each required field's type (nullable ones stay None)."""
+    values: dict[str, Any] = {}
+    for desc in g.RECORD_FIELDS[record]:
+        if desc.nullable:
+            values[desc.name] = None
+            continue
+        match desc.kind:
+            case "scalar":
+                values[desc.name] = _SCALAR_FILLER.get(desc.scalar, 0)
+            case "enum":
+                values[desc.name] = desc.values[0]
+            case "strings" | "records":
+                values[desc.name] = []
+            case "tokens":
+                values[desc.name] = np.zeros(0, dtype=_NP_TOKENS[desc.element])
+            case "record":
+                values[desc.name] = _placeholder_row(desc.record)
+            case _:
+                raise SchemaError(f"{record}.{desc.name}: a required {desc.kind} column cannot sit under a nullable struct")
+    return g.RECORD_CLASSES[record](**values)
 
 
 def encode_batch(
@@ -174,16 +204,32 @@ def _expected_schema(record: str, routing: RoutingShape | None) -> pa.Schema:
     return arrow_schema(record, routing)
 
 
-def _check_columns(record: str, schema: pa.Schema, expected: pa.Schema) -> None:
+def _predates(version: str, since: str) -> bool:
+    """Whether a batch written at `version` predates the MINOR release `since` (so it lacks that column)."""
+    if not since:
+        return False
+    major, minor = (int(p) for p in version.split(".")[:2])
+    since_major, since_minor = (int(p) for p in since.split("."))
+    return major == since_major and minor < since_minor
+
+
+def _check_columns(record: str, schema: pa.Schema, expected: pa.Schema, version: str) -> list[pa.Field]:
+    """Refuses missing or mistyped columns; returns the columns a later MINOR release added that the batch predates."""
     if schema.equals(expected, check_metadata=False):
-        return  # the usual case, in one comparison; otherwise name the first column that differs
+        return []  # the usual case, in one comparison; otherwise name the first column that differs
+    since = {d.name: d.since for d in g.RECORD_FIELDS[record]}
+    absent = []
     for field in expected:
         index = schema.get_field_index(field.name)
         if index < 0:
+            if _predates(version, since.get(field.name, "")):
+                absent.append(field)
+                continue
             raise MissingColumnError(f"{record} batch has no column {field.name!r} (required by schema {g.SCHEMA_VERSION})")
         found = schema.field(index)
         if not found.type.equals(field.type):
             raise ColumnTypeError(f"{record}.{field.name} is {found.type}, schema {g.SCHEMA_VERSION} defines {field.type}")
+    return absent
 
 
 def decode_batch(data: bytes | bytearray | memoryview | pa.Buffer, *, expect: str | None = None) -> DecodedBatch:
@@ -219,10 +265,17 @@ def decode_batch(data: bytes | bytearray | memoryview | pa.Buffer, *, expect: st
         routing = RoutingShape.from_metadata(metadata)
     except ValueError as error:
         raise SchemaError(f"{record} batch: {error}") from error
-    _check_columns(record, schema, _expected_schema(record, routing))
+    absent = _check_columns(record, schema, _expected_schema(record, routing), version)
     if len(batches) != 1:
         raise SchemaError(f"{record} IPC stream holds {len(batches)} record batches; the schema expects exactly 1")
     batch = batches[0]
+    if absent:
+        # Columns added after the batch was written read as null; they are the record's last
+        # fields, so appending them keeps the descriptor order `batch_records` relies on.
+        batch = pa.RecordBatch.from_arrays(
+            batch.columns + [pa.nulls(batch.num_rows, f.type) for f in absent],
+            schema=pa.schema(list(batch.schema) + absent, metadata=batch.schema.metadata),
+        )
     validate_batch(record, batch, routing)
     return DecodedBatch(record=record, schema_version=version, routing=routing, batch=batch)
 
@@ -243,7 +296,11 @@ def _values(desc: g.FieldDescriptor, array: pa.Array) -> list[Any]:
                 for i in range(len(array))
             ]
         case "record":
-            return _records(desc.record, array)
+            rows = _records(desc.record, array)
+            if not array.null_count:
+                return rows
+            valid = array.is_valid().to_numpy(zero_copy_only=False)
+            return [row if valid[i] else None for i, row in enumerate(rows)]
         case "records":
             offsets = array.offsets.to_numpy()
             inner = _records(desc.record, array.values)

@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-SCHEMA_VERSION = "2.2.0"
+SCHEMA_VERSION = "2.3.0"
 SCHEMA_MAJOR = 2
 
 # Routing values: uint8 when the model has at most 256 experts, else uint16.
@@ -43,6 +43,10 @@ SEAL_REASON_VALUES: tuple[str, ...] = ("finished", "history_rewritten", "aborted
 AckStatus: TypeAlias = Literal["accepted", "duplicate", "quarantined"]
 """What the receiver did with a batch. `duplicate` is an ack for a batch id it already holds."""
 ACK_STATUS_VALUES: tuple[str, ...] = ("accepted", "duplicate", "quarantined",)
+
+OverLengthAction: TypeAlias = Literal["truncated", "dropped"]
+"""What the rollout worker's over-length policy did to a trajectory with a segment longer than the trainer's maximum sequence (docs/rollout.md)."""
+OVER_LENGTH_ACTION_VALUES: tuple[str, ...] = ("truncated", "dropped",)
 
 
 class TokenProvenance(IntEnum):
@@ -156,6 +160,42 @@ class TrajectoryMetrics:
 
 
 @dataclass(kw_only=True, slots=True, eq=False)
+class TokenCounts:
+    """Tokens of a rollout's segments as the proxy recorded them, before any over-length cut (schema 2.3)."""
+
+    prompt: int
+    """Tokens the policy did not sample: the harness's prompt and the chat template's (provenance prompt or template)."""
+    completion: int
+    """Tokens the policy sampled (provenance sampled)."""
+    trainable: int
+    """Tokens with loss_mask 1."""
+
+
+@dataclass(kw_only=True, slots=True, eq=False)
+class StageSeconds:
+    """Wall time of each sandbox stage of the attempt that produced the record, in seconds (schema 2.3)."""
+
+    setup: float | None
+    """Container start and task setup; null when the stage did not run."""
+    agent: float | None
+    """The harness's run; null when the stage did not run."""
+    grading: float | None
+    """The verifier in its fresh container; null when the stage did not run."""
+
+
+@dataclass(kw_only=True, slots=True, eq=False)
+class OverLength:
+    """A segment of the rollout was longer than the trainer's maximum sequence; what the worker's policy did (schema 2.3)."""
+
+    action: OverLengthAction
+    """truncated: each longer segment keeps its first `limit` tokens (every per-token column cut with it); dropped: the record ships with no segments and no reward, so it never trains but is accounted for."""
+    tokens: int
+    """Tokens of the longest segment before the policy applied (its original length)."""
+    limit: int
+    """The trainer's maximum sequence (--max-sequence-tokens)."""
+
+
+@dataclass(kw_only=True, slots=True, eq=False)
 class Trajectory:
     """One rollout of one harness on one task. One Arrow row per trajectory; its segments are nested."""
 
@@ -170,7 +210,7 @@ class Trajectory:
     status: TrajectoryStatus
     """How the rollout ended."""
     reward: float | None
-    """Grader's reward; null unless status is ok, agent_error or timeout."""
+    """Grader's reward; null unless status is ok, agent_error or timeout, and null on a record dropped as over length (2.3), so that no reader trains on it."""
     attempt: int
     """0 for the first try; env_error retries count up."""
     defense_flags: list[str]
@@ -181,6 +221,22 @@ class Trajectory:
     """Behaviour counters."""
     segments: list[Segment]
     """Token data, main thread first."""
+    tool_call_parse_failures: int | None = None
+    """Tool-call blocks the policy wrote on the main thread that did not parse (the harness got them as text): format collapse. Null only in records written before 2.3."""
+    tokens: TokenCounts | None = None
+    """Prompt, completion and trainable tokens of the rollout. Null only in records written before 2.3."""
+    stage_seconds: StageSeconds | None = None
+    """Wall time per sandbox stage. Null only in records written before 2.3."""
+    min_policy_version: int | None = None
+    """Oldest weight version that sampled one of the rollout's turns; null when it has none."""
+    max_policy_version: int | None = None
+    """Newest weight version that sampled one of the rollout's turns; null when it has none."""
+    trainer_version_at_ship: int | None = None
+    """The trainer's newest policy version the worker had heard when it shipped the record: what `stale` is judged against. Null when none had been announced."""
+    stale: bool | None = None
+    """Shipped over the worker's --max-staleness bound: trainer_version_at_ship - min_policy_version > bound. The trainer drops it, counted (docs/rollout.md). Null only in records written before 2.3."""
+    over_length: OverLength | None = None
+    """Set when a segment was longer than the trainer's maximum sequence (what was done, the original length); null otherwise."""
 
 
 def _same(a: object, b: object) -> bool:
@@ -473,6 +529,8 @@ class FieldDescriptor:
     element: str = ""
     values: tuple[str, ...] = ()
     record: str = ""
+    since: str = ""
+    """MAJOR.MINOR that added this column ("" = from the start); batches of older MINOR versions lack it and read it as null."""
 
 
 RECORD_CLASSES: dict[str, type] = {
@@ -481,6 +539,9 @@ RECORD_CLASSES: dict[str, type] = {
     "TurnSpan": TurnSpan,
     "Segment": Segment,
     "TrajectoryMetrics": TrajectoryMetrics,
+    "TokenCounts": TokenCounts,
+    "StageSeconds": StageSeconds,
+    "OverLength": OverLength,
     "Trajectory": Trajectory,
 }
 # Records that travel as Arrow record batches (one row each).
@@ -533,6 +594,21 @@ RECORD_FIELDS: dict[str, tuple[FieldDescriptor, ...]] = {
         FieldDescriptor(name="rolled_back_turns", nullable=False, kind="scalar", scalar="int32"),
         FieldDescriptor(name="wall_time_s", nullable=False, kind="scalar", scalar="float64"),
     ),
+    "TokenCounts": (
+        FieldDescriptor(name="prompt", nullable=False, kind="scalar", scalar="int64"),
+        FieldDescriptor(name="completion", nullable=False, kind="scalar", scalar="int64"),
+        FieldDescriptor(name="trainable", nullable=False, kind="scalar", scalar="int64"),
+    ),
+    "StageSeconds": (
+        FieldDescriptor(name="setup", nullable=True, kind="scalar", scalar="float64"),
+        FieldDescriptor(name="agent", nullable=True, kind="scalar", scalar="float64"),
+        FieldDescriptor(name="grading", nullable=True, kind="scalar", scalar="float64"),
+    ),
+    "OverLength": (
+        FieldDescriptor(name="action", nullable=False, kind="enum", values=OVER_LENGTH_ACTION_VALUES),
+        FieldDescriptor(name="tokens", nullable=False, kind="scalar", scalar="int32"),
+        FieldDescriptor(name="limit", nullable=False, kind="scalar", scalar="int32"),
+    ),
     "Trajectory": (
         FieldDescriptor(name="trajectory_id", nullable=False, kind="scalar", scalar="string"),
         FieldDescriptor(name="group_id", nullable=False, kind="scalar", scalar="string"),
@@ -545,6 +621,14 @@ RECORD_FIELDS: dict[str, tuple[FieldDescriptor, ...]] = {
         FieldDescriptor(name="error", nullable=True, kind="scalar", scalar="string"),
         FieldDescriptor(name="metrics", nullable=False, kind="record", record="TrajectoryMetrics"),
         FieldDescriptor(name="segments", nullable=False, kind="records", record="Segment"),
+        FieldDescriptor(name="tool_call_parse_failures", nullable=True, kind="scalar", scalar="int32", since="2.3"),
+        FieldDescriptor(name="tokens", nullable=True, kind="record", record="TokenCounts", since="2.3"),
+        FieldDescriptor(name="stage_seconds", nullable=True, kind="record", record="StageSeconds", since="2.3"),
+        FieldDescriptor(name="min_policy_version", nullable=True, kind="scalar", scalar="int64", since="2.3"),
+        FieldDescriptor(name="max_policy_version", nullable=True, kind="scalar", scalar="int64", since="2.3"),
+        FieldDescriptor(name="trainer_version_at_ship", nullable=True, kind="scalar", scalar="int64", since="2.3"),
+        FieldDescriptor(name="stale", nullable=True, kind="scalar", scalar="bool", since="2.3"),
+        FieldDescriptor(name="over_length", nullable=True, kind="record", record="OverLength", since="2.3"),
     ),
 }
 
@@ -743,6 +827,45 @@ def trajectory_metrics_arrow_type(routing: pa.DataType) -> pa.StructType:
     return pa.struct(trajectory_metrics_arrow_fields(routing))
 
 
+def token_counts_arrow_fields(routing: pa.DataType) -> list[pa.Field]:
+    """Arrow fields of TokenCounts, in schema order."""
+    return [
+        pa.field("prompt", pa.int64(), nullable=False),
+        pa.field("completion", pa.int64(), nullable=False),
+        pa.field("trainable", pa.int64(), nullable=False),
+    ]
+
+
+def token_counts_arrow_type(routing: pa.DataType) -> pa.StructType:
+    return pa.struct(token_counts_arrow_fields(routing))
+
+
+def stage_seconds_arrow_fields(routing: pa.DataType) -> list[pa.Field]:
+    """Arrow fields of StageSeconds, in schema order."""
+    return [
+        pa.field("setup", pa.float64(), nullable=True),
+        pa.field("agent", pa.float64(), nullable=True),
+        pa.field("grading", pa.float64(), nullable=True),
+    ]
+
+
+def stage_seconds_arrow_type(routing: pa.DataType) -> pa.StructType:
+    return pa.struct(stage_seconds_arrow_fields(routing))
+
+
+def over_length_arrow_fields(routing: pa.DataType) -> list[pa.Field]:
+    """Arrow fields of OverLength, in schema order."""
+    return [
+        pa.field("action", pa.string(), nullable=False),
+        pa.field("tokens", pa.int32(), nullable=False),
+        pa.field("limit", pa.int32(), nullable=False),
+    ]
+
+
+def over_length_arrow_type(routing: pa.DataType) -> pa.StructType:
+    return pa.struct(over_length_arrow_fields(routing))
+
+
 def trajectory_arrow_fields(routing: pa.DataType) -> list[pa.Field]:
     """Arrow fields of Trajectory, in schema order."""
     return [
@@ -757,6 +880,14 @@ def trajectory_arrow_fields(routing: pa.DataType) -> list[pa.Field]:
         pa.field("error", pa.string(), nullable=True),
         pa.field("metrics", trajectory_metrics_arrow_type(routing), nullable=False),
         pa.field("segments", _list_of(segment_arrow_type(routing)), nullable=False),
+        pa.field("tool_call_parse_failures", pa.int32(), nullable=True),
+        pa.field("tokens", token_counts_arrow_type(routing), nullable=True),
+        pa.field("stage_seconds", stage_seconds_arrow_type(routing), nullable=True),
+        pa.field("min_policy_version", pa.int64(), nullable=True),
+        pa.field("max_policy_version", pa.int64(), nullable=True),
+        pa.field("trainer_version_at_ship", pa.int64(), nullable=True),
+        pa.field("stale", pa.bool_(), nullable=True),
+        pa.field("over_length", over_length_arrow_type(routing), nullable=True),
     ]
 
 
@@ -770,5 +901,8 @@ ARROW_FIELD_BUILDERS = {
     "TurnSpan": turn_span_arrow_fields,
     "Segment": segment_arrow_fields,
     "TrajectoryMetrics": trajectory_metrics_arrow_fields,
+    "TokenCounts": token_counts_arrow_fields,
+    "StageSeconds": stage_seconds_arrow_fields,
+    "OverLength": over_length_arrow_fields,
     "Trajectory": trajectory_arrow_fields,
 }

@@ -29,7 +29,11 @@ def _check_nulls(record: str, struct_fields: list[pa.Field], arrays: list[pa.Arr
         if not field.nullable and array.null_count:
             raise RecordShapeError(f"{where} is required but {array.null_count} row(s) hold null")
         if pa.types.is_struct(field.type):
-            _check_nulls(record, list(field.type), array.flatten(), where)
+            # Under a null struct its children hold filler, not data: check only the rows that are set.
+            children = array.flatten()
+            if array.null_count:
+                children = [child.filter(array.is_valid()) for child in children]
+            _check_nulls(record, list(field.type), children, where)
         elif pa.types.is_list(field.type) and pa.types.is_struct(field.type.value_type):
             inner = array.values
             _check_nulls(record, list(field.type.value_type), inner.flatten(), f"{where}[]")
@@ -132,6 +136,44 @@ def _validate_trajectories(batch: pa.RecordBatch, routing: RoutingShape | None) 
     ids = batch.column("trajectory_id").to_pylist()
     owners = [ids[i] for i in np.repeat(np.arange(batch.num_rows), _lengths(segments))]
     _validate_segments(segments.values, owners, routing)
+    _validate_provenance(batch, ids, _lengths(segments))
+
+
+def _validate_provenance(batch: pa.RecordBatch, ids: list[str], segments: npt.NDArray[np.int64]) -> None:
+    """The 2.3 version and over-length fields agree with each other (the twin of validate.ts's validateProvenance).
+
+    Per row in Python: a batch holds one group of trajectories, and these are a few scalars each.
+    """
+    lows = batch.column("min_policy_version").to_pylist()
+    highs = batch.column("max_policy_version").to_pylist()
+    ships = batch.column("trainer_version_at_ship").to_pylist()
+    stale = batch.column("stale").to_pylist()
+    rewards = batch.column("reward").to_pylist()
+    over = batch.column("over_length")
+    # Rows with no over_length hold filler or null there; only set ones are checked (below, with their row).
+    _check_enum(over.field("action").filter(over.is_valid()).drop_null(), g.OVER_LENGTH_ACTION_VALUES, "Trajectory.over_length.action")
+    for i, (low, high, ship, flagged, reward, cut) in enumerate(zip(lows, highs, ships, stale, rewards, over.to_pylist())):
+        where = f"trajectory {ids[i]!r}"
+        if (low is None) != (high is None):
+            raise RecordShapeError(f"{where}: min_policy_version and max_policy_version must both be set or both null")
+        if low is not None and low > high:
+            raise RecordShapeError(f"{where}: min_policy_version {low} is above max_policy_version {high}")
+        if flagged and (low is None or ship is None):
+            raise RecordShapeError(
+                f"{where}: stale is true but min_policy_version or trainer_version_at_ship is null (stale is judged from both)"
+            )
+        if cut is None:
+            continue
+        if cut["limit"] <= 0 or cut["tokens"] <= cut["limit"]:
+            raise RecordShapeError(
+                f"{where}: over_length says {cut['tokens']} tokens over a limit of {cut['limit']}; "
+                "the original length must exceed a positive limit"
+            )
+        if cut["action"] == "dropped" and (segments[i] > 0 or reward is not None):
+            raise RecordShapeError(
+                f"{where}: an over-length drop ships no segments and no reward (so nothing trains on it); "
+                f"it holds {segments[i]} segment(s), reward {reward}"
+            )
 
 
 def _validate_turns(batch: pa.RecordBatch, routing: RoutingShape | None) -> None:

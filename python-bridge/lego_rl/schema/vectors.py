@@ -102,13 +102,16 @@ def build_segment(spec: dict[str, Any], shape: RoutingShape | None) -> g.Segment
     )
 
 
+# Struct-valued fields of a Trajectory spec other than segments (null in the spec stays None).
+_NESTED = {"metrics": g.TrajectoryMetrics, "tokens": g.TokenCounts, "stage_seconds": g.StageSeconds, "over_length": g.OverLength}
+
+
 def build_trajectory(spec: dict[str, Any], shape: RoutingShape | None) -> g.Trajectory:
-    scalars = {k: v for k, v in spec.items() if k not in ("metrics", "segments")}
-    return g.Trajectory(
-        **scalars,
-        metrics=g.TrajectoryMetrics(**spec["metrics"]),
-        segments=[build_segment(s, shape) for s in spec["segments"]],
-    )
+    fields = {k: v for k, v in spec.items() if k != "segments"}
+    for name, cls in _NESTED.items():
+        if fields.get(name) is not None:
+            fields[name] = cls(**fields[name])
+    return g.Trajectory(**fields, segments=[build_segment(s, shape) for s in spec["segments"]])
 
 
 def build_turn(spec: dict[str, Any], shape: RoutingShape | None) -> g.Turn:

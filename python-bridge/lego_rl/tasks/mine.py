@@ -3,8 +3,14 @@ tests on each, keeps those the tests catch.
 
 A candidate is kept only if the tests still collect, at least one test that
 passes on the pristine tree fails (FAIL_TO_PASS), no more than
-`max_failing` do, and every other pristine-passing test in the test files
-involved still passes (PASS_TO_PASS). Every tried candidate is written as a
+`max_failing` do, every other pristine-passing test in the test files
+involved still passes (PASS_TO_PASS), and the fix passes its own verifier:
+the named tests, run as the generated verifier runs them (FAIL_TO_PASS then
+PASS_TO_PASS, ts/src/tasks/materialize.ts), all pass on the pristine tree.
+That order is not the file's, and a test file whose tests depend on their
+order (six's `test_lazy` asserts `html.parser` is not imported yet, which
+`test_move_items[html_parser]` imports) would otherwise yield a task whose
+gold scores 0. Every tried candidate is written as a
 JSON line to the output file (kept ones with their bug report, fix patch and
 named tests; rejected ones with the reason), so the TS side can count
 rejections by reason.
@@ -51,14 +57,14 @@ def _package_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run_tests(cfg: MineConfig, timeout_s: float) -> TestRun:
-    """The project's whole test suite, run the way the generated verifier runs pytest."""
+def run_tests(cfg: MineConfig, timeout_s: float, nodeids: list[str] | None = None) -> TestRun:
+    """The project's whole test suite (or the named tests, in the order given), run the way the generated verifier runs pytest."""
     with tempfile.NamedTemporaryFile("r", suffix=".jsonl", delete=False) as f:
         out = f.name
     code = BOOTSTRAP.format(root=_package_root(), module="collect")
     # -P -s rather than -I: -I also implies -E, which would ignore PYTHONHASHSEED. With the
     # environment below fixed, that is -I with a fixed hash seed (set and dict reprs in messages).
-    cmd = [sys.executable, "-P", "-s", "-c", code, out, "-p", "no:cacheprovider", "-o", "addopts=", "-c", cfg.pytest_ini, f"--rootdir={cfg.workspace}", "-q"]
+    cmd = [sys.executable, "-P", "-s", "-c", code, out, "-p", "no:cacheprovider", "-o", "addopts=", "-c", cfg.pytest_ini, f"--rootdir={cfg.workspace}", "-q", *(nodeids or [])]
     t0 = time.monotonic()
     try:
         proc = subprocess.run(cmd, cwd=cfg.workspace, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=timeout_s,
@@ -148,17 +154,23 @@ def mine(cfg: MineConfig, version: str, out) -> dict:
         else:
             files = {_test_file(n) for n in failing}
             p2p = [n for n in passing if n not in set(failing) and n not in skipped and _test_file(n) in files]
-            failures = [Failure(nodeid=n, message=run.outcomes.get(n, ("missing", "the test did not run"))[1], explanation=run.explanations.get(n, [])) for n in failing]
-            rec.update(
-                status="kept",
-                fail_to_pass=failing,
-                pass_to_pass=p2p,
-                problem_statement=bug_report(cfg.project, version, failures, len(p2p)),
-                patch=unified_diff(m.path, buggy, sources[m.path]),
-                buggy_source=buggy,
-            )
-            counts["kept"] += 1
-            kept_functions.add((m.path, m.function))
+            # The tree is pristine again: the fix must pass its named tests in the verifier's order.
+            graded = run_tests(cfg, timeout_s=limit, nodeids=failing + p2p)
+            not_passing = [n for n in failing + p2p if graded.outcomes.get(n, ("missing", ""))[0] != "passed"]
+            if graded.timed_out or not_passing:
+                rec.update(status="rejected", reason="gold_fails_when_graded", not_passing=not_passing[:5])
+            else:
+                failures = [Failure(nodeid=n, message=run.outcomes.get(n, ("missing", "the test did not run"))[1], explanation=run.explanations.get(n, [])) for n in failing]
+                rec.update(
+                    status="kept",
+                    fail_to_pass=failing,
+                    pass_to_pass=p2p,
+                    problem_statement=bug_report(cfg.project, version, failures, len(p2p)),
+                    patch=unified_diff(m.path, buggy, sources[m.path]),
+                    buggy_source=buggy,
+                )
+                counts["kept"] += 1
+                kept_functions.add((m.path, m.function))
         out.write(json.dumps(rec, sort_keys=True) + "\n")
         out.flush()
         print(f"{rec['id']}: {rec['status']} {rec.get('reason', '')} ({run.seconds:.1f}s)", file=sys.stderr, flush=True)

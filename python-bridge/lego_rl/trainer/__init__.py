@@ -1,8 +1,8 @@
 """GSPO trainer: advantages, losses, mismatch metrics, the job config (Ray wiring lives in lego_rl.cluster)."""
 
-from .advantages import GroupAdvantages, RolloutOutcome, group_advantages
+from .advantages import GroupAdvantages, RolloutOutcome, exclusion_reason, group_advantages
 from .checkpoint import CheckpointError, CheckpointStore, TrainerPosition
-from .driver import LocalPolicy, LoopConfig, train
+from .driver import LocalPolicy, LoopConfig, outcome_of, train
 from .job import ClusterConfig, HardwareConfig, JobConfig, JobConfigError, parse_job
 from .losses import ClippedSurrogateLoss, GrpoLoss, GspoLoss, GspoTokenLoss, LossInputs, MismatchCorrection
 from .mismatch import mismatch_metrics, routing_disagreement
@@ -36,8 +36,10 @@ __all__ = [
     "TrainerPosition",
     "TrainingBatch",
     "check_job_file",
+    "exclusion_reason",
     "group_advantages",
     "mismatch_metrics",
+    "outcome_of",
     "pack_step",
     "parameter_counts",
     "parse_job",

@@ -3,7 +3,10 @@
 Simplifications, each counted so the monitor sees them:
 1. `env_error` rollouts (and any without a reward) are excluded before grouping:
    an environment failure says nothing about the policy, so it must not become
-   a zero reward.
+   a zero reward. So are the rollout worker's over-length drops (records with
+   no segments), the ones it shipped `stale` (over its --max-staleness bound),
+   and, with a trainer bound, those sampled too far behind the trainer's weights:
+   the rest of a group keeps a baseline of its own (docs/rollout.md).
 2. A group whose remaining rewards are all equal carries no learning signal
    (every advantage is 0); it is skipped, not trained as zeros.
 3. A group left with a single rollout has no baseline; it is skipped too.
@@ -30,6 +33,10 @@ class RolloutOutcome:
     reward: float | None
     policy_version: int | None = None
     """Oldest weight version that sampled one of its tokens; None when unknown (no turns)."""
+    stale_at_ship: bool = False
+    """The worker shipped it over its --max-staleness bound (the record's `stale`)."""
+    dropped_over_length: bool = False
+    """The worker's over-length policy dropped it: the record carries no segments (`over_length.action`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -43,7 +50,7 @@ class GroupAdvantages:
     groups_skipped_identical: int
     groups_skipped_singleton: int
     excluded: dict[str, int] = field(default_factory=dict)
-    """Trajectories left out before grouping, by reason (env_error, no_reward, stale)."""
+    """Trajectories left out before grouping, by reason (env_error, over_length, stale_at_ship, stale, no_reward)."""
 
     def metrics(self) -> dict[str, float]:
         return {
@@ -54,21 +61,39 @@ class GroupAdvantages:
         }
 
 
+def exclusion_reason(outcome: RolloutOutcome, *, min_policy_version: int | None = None) -> str | None:
+    """Why `outcome` is left out before grouping (a `batch/excluded_*` key), None when it may train.
+
+    `min_policy_version` is the trainer's own staleness bound: rollouts sampled (even in part)
+    by older weights are left out.
+    """
+    if outcome.status == "env_error":
+        return "env_error"
+    if outcome.dropped_over_length:
+        return "over_length"
+    if outcome.stale_at_ship:
+        # The worker judged it over the run's bound as it shipped; this trainer keeps no older
+        # weights to correct it with (docs/rollout.md, "Stale trajectories at the trainer").
+        return "stale_at_ship"
+    if min_policy_version is not None and outcome.policy_version is not None and outcome.policy_version < min_policy_version:
+        # Beyond the staleness bound: its importance ratios would be clipped away or,
+        # worse, dominate; the rest of its group keeps a baseline of its own.
+        return "stale"
+    if outcome.reward is None or not np.isfinite(outcome.reward):
+        return "no_reward"
+    return None
+
+
 def group_advantages(
     outcomes: Sequence[RolloutOutcome], *, eps: float = 1e-6, min_policy_version: int | None = None
 ) -> GroupAdvantages:
-    """Advantages per group; `min_policy_version` excludes rollouts sampled (even in part) by older weights."""
+    """Advantages per group of the outcomes `exclusion_reason` lets train; the others are counted by reason."""
     excluded: dict[str, int] = defaultdict(int)
     groups: dict[str, list[RolloutOutcome]] = defaultdict(list)
     for outcome in outcomes:
-        if outcome.status == "env_error":
-            excluded["env_error"] += 1
-        elif min_policy_version is not None and outcome.policy_version is not None and outcome.policy_version < min_policy_version:
-            # Beyond the staleness bound: its importance ratios would be clipped away or,
-            # worse, dominate; the rest of its group keeps a baseline of its own.
-            excluded["stale"] += 1
-        elif outcome.reward is None or not np.isfinite(outcome.reward):
-            excluded["no_reward"] += 1
+        reason = exclusion_reason(outcome, min_policy_version=min_policy_version)
+        if reason is not None:
+            excluded[reason] += 1
         else:
             groups[outcome.group_id].append(outcome)
     ids: list[str] = []

@@ -93,22 +93,31 @@ class LoopConfig:
     max_staleness: int | None = None
     """Train only rollouts whose every token was sampled by weights at most this many
     versions behind the trainer's (0 = strictly on-policy); older ones are excluded and
-    counted as batch/excluded_stale. None: no bound."""
+    counted as batch/excluded_stale. None: no bound. Whatever it is, a record the rollout
+    worker shipped `stale` is excluded too (batch/excluded_stale_at_ship)."""
 
 
 def oldest_policy_version(trajectory: Trajectory) -> int | None:
-    """The oldest weight version that sampled any of the trajectory's turns (None: no turns)."""
+    """The oldest weight version that sampled any of the trajectory's turns (None: no turns).
+
+    The record says it (`min_policy_version`, schema 2.3); a record written before 2.3 is scanned.
+    """
+    if trajectory.min_policy_version is not None:
+        return trajectory.min_policy_version
     versions = [turn.policy_version for segment in trajectory.segments for turn in segment.turns]
     return min(versions) if versions else None
 
 
 def outcome_of(trajectory: Trajectory) -> RolloutOutcome:
+    over_length = trajectory.over_length
     return RolloutOutcome(
         trajectory_id=trajectory.trajectory_id,
         group_id=trajectory.group_id,
         status=trajectory.status,
         reward=trajectory.reward,
         policy_version=oldest_policy_version(trajectory),
+        stale_at_ship=bool(trajectory.stale),
+        dropped_over_length=over_length is not None and over_length.action == "dropped",
     )
 
 
@@ -121,7 +130,8 @@ def staleness_metrics(outcomes: list[RolloutOutcome], policy_version: int) -> di
 
 
 def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
-    """What the batch's rollouts did: mean reward (graded ones), turns and tool calls per rollout."""
+    """What the batch's rollouts did: mean reward (graded ones), turns and tool calls per rollout,
+    and from schema 2.3 records: tool-call parse failures, tokens, stage times, over-length cuts."""
     if not trajectories:
         return {}
     n = len(trajectories)
@@ -130,6 +140,22 @@ def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
            "rollout/tool_calls_mean": sum(t.metrics.tool_calls for t in trajectories) / n}
     if graded:
         out["rollout/reward_mean"] = sum(graded) / len(graded)
+    counted = [t for t in trajectories if t.tool_call_parse_failures is not None]
+    if counted:
+        failures = sum(t.tool_call_parse_failures or 0 for t in counted)
+        calls = sum(t.metrics.tool_calls for t in counted)
+        out["rollout/tool_call_parse_failure_rate"] = failures / max(1, failures + calls)
+    tokens = [t.tokens for t in trajectories if t.tokens is not None]
+    if tokens:
+        out["rollout/prompt_tokens_mean"] = sum(c.prompt for c in tokens) / len(tokens)
+        out["rollout/completion_tokens_mean"] = sum(c.completion for c in tokens) / len(tokens)
+    for stage in ("setup", "agent", "grading"):
+        times = [getattr(t.stage_seconds, stage) for t in trajectories if t.stage_seconds is not None]
+        if any(v is not None for v in times):
+            out[f"rollout/{stage}_s_mean"] = sum(v for v in times if v is not None) / sum(v is not None for v in times)
+    truncated = sum(t.over_length is not None and t.over_length.action == "truncated" for t in trajectories)
+    if truncated:
+        out["rollout/truncated_over_length"] = float(truncated)
     return out
 
 

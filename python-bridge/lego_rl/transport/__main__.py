@@ -109,7 +109,7 @@ def receive(args: argparse.Namespace) -> int:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         peak_rss = usage.ru_maxrss * 1024  # Linux reports KiB
         _print({"type": "stopped", "stats": receiver.stats, "peak_rss": peak_rss, "cpu_s": usage.ru_utime + usage.ru_stime})
-        receiver.close()
+        receiver.close(flush=True)  # a process about to exit: the last ack must reach the sender first
         if log is not None:
             log.close()
     return 0

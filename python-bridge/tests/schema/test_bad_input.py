@@ -25,6 +25,7 @@ from lego_rl.schema import (
     decode_control,
     encode_batch,
     encode_control,
+    record_differences,
     trainable_problems,
 )
 from lego_rl.schema.generated import SCHEMA_MAJOR
@@ -71,6 +72,54 @@ def test_a_newer_minor_version_of_the_same_major_is_read() -> None:
     newer = f"{SCHEMA_MAJOR}.99.0"
     decoded = decode_batch(encode_batch("Trajectory", rows, routing, version=newer))
     assert decoded.schema_version == newer
+
+
+# The Trajectory columns schema 2.3 appended (records.toml: `since = "2.3"`).
+COLUMNS_2_3 = ["tool_call_parse_failures", "tokens", "stage_seconds", "min_policy_version", "max_policy_version",
+               "trainer_version_at_ship", "stale", "over_length"]
+
+
+def _without_2_3_columns(version: str) -> bytes:
+    rows, routing = _moe_rows()
+    batch = decode_batch(encode_batch("Trajectory", rows, routing, version=version)).batch
+    return _rewrite(batch.drop_columns(COLUMNS_2_3).replace_schema_metadata(batch.schema.metadata))
+
+
+def test_a_batch_written_before_a_minor_release_reads_the_columns_it_added_as_null() -> None:
+    decoded = decode_batch(_without_2_3_columns(f"{SCHEMA_MAJOR}.2.0"))
+    assert decoded.schema_version == f"{SCHEMA_MAJOR}.2.0"
+    first = batch_records(decoded)[0]
+    assert [getattr(first, name) for name in COLUMNS_2_3] == [None] * len(COLUMNS_2_3)
+    assert first.metrics.tool_calls == 1 and len(first.segments) == 3  # the columns it has are read as written
+
+
+def test_a_batch_of_the_current_minor_missing_a_column_it_added_is_refused() -> None:
+    with pytest.raises(MissingColumnError, match="no column 'tool_call_parse_failures'"):
+        decode_batch(_without_2_3_columns(SCHEMA_VERSION))
+
+
+def test_a_null_struct_round_trips_as_none_beside_set_ones() -> None:
+    rows, routing = _moe_rows()
+    assert rows[0].over_length is not None and rows[1].over_length is None
+    back = batch_records(decode_batch(encode_batch("Trajectory", rows, routing)))
+    assert record_differences(rows[0].over_length, back[0].over_length) == [] and back[1].over_length is None
+    assert back[1].stage_seconds.agent is None and back[1].stage_seconds.setup == 0.5
+
+
+def test_version_and_over_length_fields_that_contradict_each_other_are_refused() -> None:
+    cases = [
+        ({"max_policy_version": None}, "must both be set or both null"),
+        ({"min_policy_version": 9, "max_policy_version": 8}, "min_policy_version 9 is above max_policy_version 8"),
+        ({"trainer_version_at_ship": None}, "stale is true but min_policy_version or trainer_version_at_ship is null"),
+        ({"over_length": dataclasses.replace(_moe_rows()[0][0].over_length, tokens=10)}, "10 tokens over a limit of 2048"),
+        ({"over_length": dataclasses.replace(_moe_rows()[0][0].over_length, action="dropped")}, "an over-length drop ships no segments and no reward"),
+    ]
+    for change, message in cases:
+        rows, routing = _moe_rows()
+        for name, value in change.items():
+            setattr(rows[0], name, value)
+        with pytest.raises(RecordShapeError, match=re.escape(message)):
+            encode_batch("Trajectory", rows, routing)
 
 
 def test_a_missing_required_column_is_named() -> None:

@@ -126,3 +126,39 @@ def test_mutation_ids_depend_on_place_and_kind_only():
     m = Mutation(path="a.py", function="f", kind="off_by_one", lineno=3, node_path=(0, 1), variant="-1")
     assert m.id == Mutation(path="a.py", function="g", kind="off_by_one", lineno=9, node_path=(0, 1), variant="-1").id
     assert m.id.startswith("off_by_one-")
+
+
+def test_a_bug_whose_fix_fails_its_own_verifier_is_rejected_not_kept(tmp_path):
+    """The verifier runs FAIL_TO_PASS before PASS_TO_PASS, not in file order: a test file
+    whose tests depend on their order (as six's test_lazy does) yields a fix that fails
+    its own named tests, so the candidate is rejected (`gold_fails_when_graded`), while
+    the same bug under order-independent tests is kept."""
+    import io
+    import json
+
+    from lego_rl.tasks import MineConfig
+    from lego_rl.tasks.mine import mine
+
+    def mined(tests: str) -> list[dict]:
+        work = tmp_path / str(abs(hash(tests)))
+        work.mkdir()
+        (work / "m.py").write_text("def half(x):\n    return x // 2\n")
+        (work / "test_m.py").write_text(tests)
+        (work / "pytest.ini").write_text(f"[pytest]\npythonpath = {work}\n")
+        cfg = MineConfig(project="p", workspace=str(work), sources=["m.py"], max_candidates=10, max_tasks=10, pytest_ini=str(work / "pytest.ini"))
+        out = io.StringIO()
+        mine(cfg, "1.0", out)
+        return [json.loads(line) for line in out.getvalue().splitlines()]
+
+    # File order: test_a_fresh (colorsys not imported yet) passes, then test_half imports it.
+    # Graded order: test_half (FAIL_TO_PASS) first, so test_a_fresh (PASS_TO_PASS) fails on the fix.
+    order_dependent = (
+        "import sys\nimport m\n\n\ndef test_a_fresh():\n    assert 'colorsys' not in sys.modules\n\n\n"
+        "def test_half():\n    import colorsys\n    assert m.half(9) == 4\n"
+    )
+    tried = mined(order_dependent)
+    assert tried and all(t["status"] == "rejected" for t in tried)
+    failing_ones = [t for t in tried if t["reason"] == "gold_fails_when_graded"]
+    assert failing_ones and all(t["not_passing"] == ["test_m.py::test_a_fresh"] for t in failing_ones)
+    independent = order_dependent.replace("'colorsys' not in sys.modules", "'m' in sys.modules")
+    assert any(t["status"] == "kept" for t in mined(independent))

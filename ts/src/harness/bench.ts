@@ -103,7 +103,11 @@ function timedEngine(engine: EngineClient): EngineClient {
   };
 }
 
-const NOOP: Harness = { name: "no-op", version: "-", runtimes: () => [], program: () => ({ script: "true" }) };
+/** The bare cycle: a program that does nothing and writes no record (its report says the record is absent). */
+const NOOP: Harness = {
+  name: "no-op", version: "-", runtimes: () => [], program: () => ({ script: "true" }),
+  record: { file: { path: "/tmp/lego-no-op-record", maxBytes: 1 }, parse: () => ({ toolCalls: [], finalMessage: null, notes: [] }) },
+};
 
 interface Rollout { status: string; reward: number | null; cycle: number; stage: number; engine: number; startup: number; turns: number[]; exit: number; cpu: number; startupCpu: number; turnCpu: number[]; calls: number }
 

@@ -1,24 +1,22 @@
 /**
  * Codex CLI, the real unmodified binary from the mounted runtime, in a real
- * sandbox through the real proxy, driven by scripted engines that call its own
- * shell tool (exec_command writes the gold files and runs solve.sh): gold scores 1, an answer at once 0, the main thread's
- * segment holds exactly the engine's tokens, and any hidden call reaches the
- * proxy as a side thread of its own.
+ * sandbox through the real proxy, driven by scripted engines: the gold patch
+ * goes through its own apply_patch (in its patch format, via exec_command,
+ * which it intercepts: codex-patch.ts), gold scores 1, an answer at once 0,
+ * the main thread's segment holds exactly the engine's tokens, and the calls
+ * the proxy recorded are, call by call, the file_change items its --json
+ * stream says its apply_patch engine applied.
  */
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RolloutRunner } from "../rollout/index.ts";
-import { IMAGE_BUILD_TIMEOUT_MS, fixtureImage, fixtureImages, leftoverContainers } from "../sandbox/test-support.ts";
+import { IMAGE_BUILD_TIMEOUT_MS, leftoverContainers } from "../sandbox/test-support.ts";
 import type { TaskDefinition } from "../sandbox/index.ts";
-import type { ScriptedEngine, ScriptedReply } from "../engine/index.ts";
-import { checkSegment, qwen3 } from "../proxy/test-support.ts";
-import type { SessionRecords } from "../proxy/index.ts";
-import type { Task } from "../tasks/task.ts";
-import { ANSWER_AT_ONCE, HARNESS_TOOLS, CODEX_VERSION, RUNTIMES_DIR, SIDE_REPLY, goldScript, proxiedLauncher, scriptedHarnessEngine } from "./index.ts";
+import { ANSWER_AT_ONCE, CODEX_VERSION, HARNESS_TOOLS, RUNTIMES_DIR, goldScript } from "./index.ts";
+import { editKindsFixture, expectTokenExact, expectToolCallsExecuted, harnessRollout } from "./test-support.ts";
 
 const entry = HARNESS_TOOLS.codex!;
-beforeAll(fixtureImages, IMAGE_BUILD_TIMEOUT_MS);
 
 describe("Codex CLI in a real sandbox through the real proxy", () => {
   let fix: { task: TaskDefinition; image: string };
@@ -26,72 +24,35 @@ describe("Codex CLI in a real sandbox through the real proxy", () => {
   beforeAll(async () => {
     // scripts/setup builds the runtimes; a missing one fails here, never skips.
     expect(existsSync(join(RUNTIMES_DIR, "harness/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex")), `no Codex CLI runtime in ${RUNTIMES_DIR}: run scripts/setup`).toBe(true);
-    const f = await fixtureImage("fix-add");
-    fix = { task: f.task, image: f.image.tag };
+    fix = await editKindsFixture();
     runner = await RolloutRunner.create({ maxAttempts: 1, runtimes: entry.harness.runtimes() });
-  });
+  }, IMAGE_BUILD_TIMEOUT_MS);
   afterAll(async () => {
     await runner?.close();
     expect(await leftoverContainers()).toEqual([]);
   });
 
-  async function rollout(engineName: string, rolloutId: string) {
-    let engine: ScriptedEngine | undefined;
-    let records: SessionRecords | undefined;
-    const launcher = proxiedLauncher({
-      harness: entry.harness,
-      engineName,
-      model: qwen3(),
-      limits: { maxTurns: 8, timeoutSec: 150 },
-      engine: (model, def) => (engine = scriptedHarnessEngine(engineName, model, def, entry.tools)),
-      onRecords: (_id, r) => (records = r),
-    });
-    const agent = await launcher.start({} as Task, fix.task, rolloutId);
-    const outcome = await runner.run({ ...fix, rolloutId, agent: agent.program, proxySocket: agent.proxySocket, agentTimeoutSec: agent.agentTimeoutSec });
-    const report = await agent.finish!(outcome);
-    return { outcome, report, engine: engine!, records: records! };
-  }
-
-  function expectTokenExact(records: SessionRecords, engine: ScriptedEngine, replies: ScriptedReply[]) {
-    const model = qwen3();
-    const encoded = (text: string) => [...model.tokenizer.encode(text), model.codec.endOfTurnId];
-    const turns = new Map(records.turns.map((t) => [t.turn_id, t]));
-    const main = records.segments.filter((s) => s.thread === "main");
-    expect(main).toHaveLength(1);
-    for (const s of records.segments) expect(checkSegment(s, turns).retokenizedPolicyTokens).toBe(0);
-    const mainTurns = main[0]!.turns.map((span) => turns.get(span.turn_id)!);
-    expect(mainTurns.map((t) => Array.from(t.completion_ids))).toEqual(replies.slice(0, mainTurns.length).map((r) => ("text" in r ? encoded(r.text) : r.token_ids)));
-    expect(mainTurns).toHaveLength(replies.length);
-    // Any hidden call: a side thread, its own segment, the engine's plain reply token for token.
-    const side = records.segments.filter((s) => s.thread !== "main");
-    for (const s of side) {
-      expect(records.side_thread_ids).toContain(s.thread_id);
-      for (const span of s.turns) expect(Array.from(turns.get(span.turn_id)!.completion_ids)).toEqual(encoded(SIDE_REPLY));
-    }
-    expect(records.turns).toHaveLength(engine.callCount);
-    // 0.171.0 under exec makes no hidden call (no title, no compaction on these short runs).
-    expect(records.side_thread_ids).toEqual([]);
-  }
-
-  it(`scripted-gold (codex ${CODEX_VERSION}): exec_command writes the gold files and runs solve.sh, a plain answer ends it; reward 1`, async () => {
-    const { outcome, report, engine, records } = await rollout("scripted-gold", "codex-gold");
-    expect(outcome).toMatchObject({ status: "ok", reward: 1 });
-    expect(outcome.defenseFlags).toEqual([]);
+  it(`scripted-gold (codex ${CODEX_VERSION}): one apply_patch per hunk, new file and removal, a plain answer ends it; reward 1`, async () => {
+    const { outcome, report, engine, records } = await harnessRollout(runner, fix, entry, "scripted-gold", "codex-gold");
+    expect(outcome).toMatchObject({ status: "ok", reward: 1, defenseFlags: [] });
     const replies = goldScript(fix.task, entry.tools);
-    expect(report).toMatchObject({ harness: "codex", segments: 1 + records.side_thread_ids.length });
+    expect(report).toMatchObject({ harness: "codex", exitCode: 0, segments: 1, side_threads: 0, finalMessage: (replies.at(-1) as { text: string }).text });
+    // 0.171.0 under exec makes no hidden call (no title, no compaction on these short runs).
     expectTokenExact(records, engine, replies);
-    // What ran: Codex CLI sent the tool results back on the next calls.
-    const prompt = (i: number) => qwen3().tokenizer.decode(Array.from(engine.prompts[i]!));
-    const last = [...engine.prompts.keys()].map(prompt).filter((p) => p.includes("<tools>")).at(-1)!;
-    expect(last.match(/<tool_response>/g)).toHaveLength(replies.length - 1);
-    expect(records.counters.tool_calls).toBe(replies.length - 1);
+    expectToolCallsExecuted(records, report, entry.harness);
+    expect(report.toolCalls.map((c) => c.arguments)).toEqual([
+      { changes: [{ path: "/workspace/clamp.py", kind: "update" }] },
+      { changes: [{ path: "/workspace/clamp.py", kind: "update" }] },
+      { changes: [{ path: "/workspace/legacy.py", kind: "delete" }] },
+      { changes: [{ path: "/workspace/units.py", kind: "add" }] },
+    ]);
   }, 240_000);
 
   it("answer-at-once: one plain answer, nothing changed; reward 0", async () => {
-    const { outcome, engine, records } = await rollout("answer-at-once", "codex-answer");
-    expect(outcome).toMatchObject({ status: "ok", reward: 0 });
-    expect(outcome.defenseFlags).toEqual([]);
+    const { outcome, report, engine, records } = await harnessRollout(runner, fix, entry, "answer-at-once", "codex-answer");
+    expect(outcome).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
+    expect(report).toMatchObject({ exitCode: 0, toolCalls: [], finalMessage: (ANSWER_AT_ONCE[0] as { text: string }).text });
     expectTokenExact(records, engine, ANSWER_AT_ONCE);
-    expect(records.counters.tool_calls).toBe(0);
+    expectToolCallsExecuted(records, report, entry.harness);
   }, 240_000);
 });

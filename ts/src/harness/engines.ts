@@ -3,9 +3,14 @@
  * replies written in the model's own tool-call format (Qwen3 here), so the
  * proxy parses them into each API's tool calls exactly as it does a real
  * model's output.
- *  - scripted-gold: replays the task's gold solution through the harness's
- *    own tools (write the solution script with the write tool, run it with
- *    the shell tool), then submits.
+ *  - scripted-gold: replays the task's gold patch through the harness's own
+ *    editor (gold-edits.ts: per hunk a replacement whose old text is unique in
+ *    the file, new files created, removed files deleted): its edit tool
+ *    (Claude Code reads a file before its first edit, as it insists), Codex
+ *    CLI's apply_patch, or for a bash-only harness a python3 replacement in a
+ *    heredoc; then submits. A task without solution/gold.patch (a Harbor task
+ *    whose solve.sh is a script) has no patch to replay: its solution files
+ *    are written with the write tool and solve.sh run with the shell tool.
  *  - scripted-edit: the gold patch as the harness's edit tool (one call per
  *    changed line, the line's text without its indentation), then submit; it
  *    never reads a file, so it suits tasks whose fix the instruction determines
@@ -19,6 +24,8 @@ import { parsePatch } from "diff";
 import { ScriptedEngine, type ScriptedReply } from "../engine/index.ts";
 import type { ProxyModel } from "../proxy/index.ts";
 import type { TaskDefinition } from "../sandbox/index.ts";
+import { applyPatchCommand, codexPatch } from "./codex-patch.ts";
+import { GoldPatchError, goldPatchText, goldSteps, type GoldStep } from "./gold-edits.ts";
 
 /** The tool names one harness gives the model for each job. */
 export interface ToolNames {
@@ -28,8 +35,16 @@ export interface ToolNames {
    * Absent for a harness without a write tool (mini-swe-agent, Codex CLI without apply_patch): files are then written with the shell tool.
    */
   write?: { name: string; path: string; content: string; fixed?: Record<string, unknown>; makesParents?: false };
-  /** Replace one occurrence of a string in a file; absent where the harness has no such tool. */
-  edit?: { name: string; path: string; old: string; new: string };
+  /** Replace one occurrence of a string in a file; absent where the harness has no such tool. `fixed` as for write. */
+  edit?: { name: string; path: string; old: string; new: string; fixed?: Record<string, unknown> };
+  /** A tool the harness wants called on a file before it edits it (Claude Code refuses to edit a file it has not read). */
+  readFirst?: { name: string; path: string };
+  /**
+   * "shell": the harness's editor is its apply_patch, reached through the
+   * shell tool (Codex CLI 0.171.0 intercepts `apply_patch <<'EOF'`; codex-patch.ts says why):
+   * edits, new files and deletions go as patches in its own format.
+   */
+  applyPatch?: "shell";
   /** `fixed`: arguments always passed (OpenCode's bash requires a description). */
   shell: { name: string; command: string; fixed?: Record<string, unknown> };
   /**
@@ -52,12 +67,84 @@ export function toolCall(name: string, args: Record<string, unknown>): string {
 /** Where the solution's files are written inside the container (the agent never sees the real /solution). */
 const GOLD_DIR = "/tmp/lego-gold";
 
-/**
- * Every file of solution/ written with the harness's write tool under
- * GOLD_DIR, then solve.sh run with the shell tool, its /solution/ paths
- * pointed at GOLD_DIR (Harbor's solve.sh finds its files at /solution).
- */
+/** The workspace the harnesses edit (the task repository's checkout). */
+const WORKSPACE = "/workspace";
+
+/** The gold solution through the harness's tools: its gold patch as edits, else (no gold.patch) its solve.sh run. */
 export function goldScript(def: TaskDefinition, tools: ToolNames): ScriptedReply[] {
+  const patch = goldPatchText(def);
+  if (patch === undefined) return solveScript(def, tools);
+  let steps: GoldStep[];
+  try {
+    steps = goldSteps(def, patch);
+  } catch (e) {
+    // A binary change, a rename, a hunk that does not apply: said plainly, not guessed.
+    if (e instanceof GoldPatchError) throw new HarnessEngineError(`scripted-gold: ${e.message}`, { cause: e });
+    throw e;
+  }
+  const read = new Set<string>();
+  return [...steps.flatMap((step) => sayStep(step, tools, read)).map((text) => ({ text })), submitReply(tools)];
+}
+
+const quote = (s: string) => `'${s.replaceAll("'", `'\\''`)}'`;
+
+/**
+ * One gold step as the harness's tool calls. `read`: files already read
+ * (a harness with `readFirst` gets one read per file, before its first edit).
+ */
+function sayStep(step: GoldStep, tools: ToolNames, read: Set<string>): string[] {
+  const path = `${WORKSPACE}/${step.path}`;
+  const shell = (command: string) => toolCall(tools.shell.name, { ...tools.shell.fixed, [tools.shell.command]: command });
+  if (tools.applyPatch === "shell") return [shell(applyPatchCommand(codexPatch(step)))];
+  if (step.kind === "delete") return [shell(`rm -- ${quote(path)}`)];
+  if (step.kind === "create") {
+    if (!tools.write) return [shell(shellWrite(path, step.content))];
+    const mkdir = tools.write.makesParents === false && dirname(path) !== WORKSPACE ? [shell(`mkdir -p ${quote(dirname(path))}`)] : [];
+    return [...mkdir, toolCall(tools.write.name, { ...tools.write.fixed, [tools.write.path]: path, [tools.write.content]: step.content })];
+  }
+  if (!tools.edit) return [shell(pythonReplace(path, step.old, step.new))];
+  const first = tools.readFirst && !read.has(path) ? [toolCall(tools.readFirst.name, { [tools.readFirst.path]: path })] : [];
+  read.add(path);
+  return [...first, toolCall(tools.edit.name, { ...tools.edit.fixed, [tools.edit.path]: path, [tools.edit.old]: step.old, [tools.edit.new]: step.new })];
+}
+
+const PY_END = "LEGO_EDIT_EOF";
+
+/**
+ * A replacement for a bash-only harness (mini-swe-agent): python3 (every task
+ * image has it: the verifier runs pytest) in a quoted heredoc does what an
+ * editor's str_replace does — the old text must occur exactly once, else it
+ * fails saying so — byte for byte (no newline translation). Chosen over
+ * `patch`: that applies hunks with offsets and fuzz (a wrong place passes
+ * silently) and is not in every image. The strings are JSON literals, which
+ * Python reads as its own, each on one line, so no line can end the heredoc.
+ */
+function pythonReplace(path: string, old: string, replacement: string): string {
+  return [
+    `python3 - <<'${PY_END}'`,
+    `path, old, new = ${JSON.stringify(path)}, ${JSON.stringify(old)}, ${JSON.stringify(replacement)}`,
+    `with open(path, encoding="utf-8", newline="") as f: text = f.read()`,
+    `n = text.count(old)`,
+    `if n != 1: raise SystemExit(f"{path}: the old text occurs {n} times, not once")`,
+    `with open(path, "w", encoding="utf-8", newline="") as f: f.write(text.replace(old, new, 1))`,
+    `print(f"edited {path}")`,
+    PY_END,
+  ].join("\n");
+}
+
+function submitReply(tools: ToolNames): ScriptedReply {
+  if (typeof tools.submit === "string") return { text: toolCall(tools.submit, {}) };
+  if (tools.submit) return { text: toolCall(tools.submit.name, tools.submit.args) };
+  return { text: "Done: the fix is applied." };
+}
+
+/**
+ * A task without a gold patch: every file of solution/ written with the
+ * harness's write tool under GOLD_DIR, then solve.sh run with the shell tool,
+ * its /solution/ paths pointed at GOLD_DIR (Harbor's solve.sh finds its files
+ * at /solution).
+ */
+export function solveScript(def: TaskDefinition, tools: ToolNames): ScriptedReply[] {
   const dir = join(def.dir, "solution");
   let names: string[];
   try {
@@ -78,14 +165,9 @@ export function goldScript(def: TaskDefinition, tools: ToolNames): ScriptedReply
   }));
   // No clean-up of GOLD_DIR (in /tmp, not graded): Codex CLI refuses `rm -rf` under approval_policy "never".
   replies.push({ text: shell(`sed 's#/solution/#${GOLD_DIR}/#g' ${GOLD_DIR}/solve.sh | bash`) });
-  if (typeof tools.submit === "string") replies.push({ text: toolCall(tools.submit, {}) });
-  else if (tools.submit) replies.push({ text: toolCall(tools.submit.name, tools.submit.args) });
-  else replies.push({ text: "Done: the fix is applied." });
+  replies.push(submitReply(tools));
   return replies;
 }
-
-/** The workspace the harnesses edit (the task repository's checkout). */
-const WORKSPACE = "/workspace";
 
 /** solution/gold.patch as edit-tool calls: each hunk must replace lines one for one. */
 export function editScript(def: TaskDefinition, tools: ToolNames): ScriptedReply[] {
@@ -105,12 +187,10 @@ export function editScript(def: TaskDefinition, tools: ToolNames): ScriptedReply
       const added = hunk.lines.filter((l) => l.startsWith("+")).map((l) => l.slice(1).trim());
       if (!path || removed.length !== added.length || !removed.length || removed.some((l) => !l))
         throw new HarnessEngineError(`task ${def.name}: its gold patch is not one-line replacements (${path || "no file"}), scripted-edit cannot say it`);
-      removed.forEach((old, i) => replies.push({ text: toolCall(edit.name, { [edit.path]: `${WORKSPACE}/${path}`, [edit.old]: old, [edit.new]: added[i] }) }));
+      removed.forEach((old, i) => replies.push({ text: toolCall(edit.name, { ...edit.fixed, [edit.path]: `${WORKSPACE}/${path}`, [edit.old]: old, [edit.new]: added[i] }) }));
     }
   }
-  if (typeof tools.submit === "string") replies.push({ text: toolCall(tools.submit, {}) });
-  else if (tools.submit) replies.push({ text: toolCall(tools.submit.name, tools.submit.args) });
-  else replies.push({ text: "Done: the fix is applied." });
+  replies.push(submitReply(tools));
   return replies;
 }
 
@@ -118,9 +198,9 @@ const HEREDOC_END = "LEGO_GOLD_EOF";
 
 /** A shell command that writes `content` to `path` byte for byte: a quoted heredoc where it can, base64 where it cannot. */
 function shellWrite(path: string, content: string): string {
-  const mkdir = `mkdir -p "$(dirname '${path}')" && `;
-  if (content.endsWith("\n") && !content.split("\n").includes(HEREDOC_END)) return `${mkdir}cat > '${path}' <<'${HEREDOC_END}'\n${content}${HEREDOC_END}`;
-  return `${mkdir}echo '${Buffer.from(content).toString("base64")}' | base64 -d > '${path}'`;
+  const mkdir = `mkdir -p "$(dirname ${quote(path)})" && `;
+  if (content.endsWith("\n") && !content.split("\n").includes(HEREDOC_END)) return `${mkdir}cat > ${quote(path)} <<'${HEREDOC_END}'\n${content}${HEREDOC_END}`;
+  return `${mkdir}echo '${Buffer.from(content).toString("base64")}' | base64 -d > ${quote(path)}`;
 }
 
 /** What a scripted engine answers a call that offers no tools (a title request and the like). */

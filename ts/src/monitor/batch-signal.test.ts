@@ -24,6 +24,18 @@ describe("batch signal", () => {
     expect(m.observe(1, sig).map((a) => a.kind)).toEqual(["routing_coverage_low"]);
   });
 
+  it("raises tool_parse_failures from the records' tool-call parse failures", () => {
+    const m = new Monitor();
+    const kinds: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const b = healthyBatch(i).map((t) => ({ ...t, metrics: { ...t.metrics, tool_calls: 3 }, tool_call_parse_failures: i < 2 ? 0 : 1 }));
+      const sig = batchSignal(roundTrip(b, i));
+      expect(sig["tools/parse_failure_rate"]).toBe(i < 2 ? 0 : 0.25);
+      kinds.push(...m.observe(i, sig).map((a) => a.kind));
+    }
+    expect(kinds).toContain("tool_parse_failures");
+  });
+
   it("raises reward_hack_rate and env_error_spike from flagged and env_error trajectories", () => {
     const m = new Monitor();
     const kinds: string[] = [];

@@ -122,7 +122,7 @@ describe("real harness binaries through the proxy", () => {
     const records = proxy.closeSession(session.id);
     expect(records.segments.map((s) => [s.thread_id, s.seal_reason, s.turns.length])).toEqual([["main", "finished", 4]]);
     expect(records.side_thread_ids).toEqual([]);
-    expect(records.counters).toEqual({ main_turns: 4, side_thread_turns: 0, tool_calls: 3, rolled_back_turns: 0 });
+    expect(records.counters).toEqual({ main_turns: 4, side_thread_turns: 0, tool_calls: 3, tool_call_parse_failures: 0, rolled_back_turns: 0 });
     expect(checkSegment(records.segments[0]!, new Map(records.turns.map((t) => [t.turn_id, t]))).retokenizedPolicyTokens).toBe(0);
   });
 

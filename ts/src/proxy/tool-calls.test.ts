@@ -53,6 +53,14 @@ describe("Qwen3 JSON tool calls", () => {
     expect(streamed(cut, "qwen3_json")).toEqual([{ kind: "text", text: cut }]);
   });
 
+  it("counts each block that does not parse or never closes (format collapse), not the ones that parse", () => {
+    const p = new CompletionParser("qwen3_json", tools);
+    const good = '<tool_call>\n{"name": "run", "arguments": {"cmd": "ls"}}\n</tool_call>';
+    p.push(`${good}\n<tool_call>\nnot json\n</tool_call> then <tool_call>\n{"name": "run"`);
+    p.finish();
+    expect(p.malformedCalls).toBe(2);
+  });
+
   it("does not end a call at a </tool_call> inside a string argument", () => {
     const args = { cmd: 'printf "</tool_call>\\n" > tags.txt', env: { NOTE: "a } and a { and </tool_call> and \\\" too" } };
     const t = `Writing it.\n<tool_call>\n${JSON.stringify({ name: "run", arguments: args })}\n</tool_call>`;

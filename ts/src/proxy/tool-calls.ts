@@ -106,6 +106,8 @@ export class CompletionParser {
   private afterCall = false;
   /** Where the JSON scan of the open call stands (qwen3_json). */
   private readonly scan = new JsonScan();
+  /** `<tool_call>` blocks that did not parse (or never closed) and went to the harness as text: format collapse, counted per rollout. */
+  malformedCalls = 0;
 
   constructor(
     private readonly format: ToolCallFormat,
@@ -201,6 +203,7 @@ export class CompletionParser {
       const end = this.callEnd(final);
       if (end < 0) {
         if (!final) return out;
+        this.malformedCalls += 1;
         emit("text", this.sepBefore + this.buf);
         this.buf = "";
         return out;
@@ -214,6 +217,7 @@ export class CompletionParser {
         this.afterCall = true;
         this.enter("text", rest, /^\s+/);
       } else {
+        this.malformedCalls += 1;
         emit("text", this.sepBefore + this.buf.slice(0, end + CALL_CLOSE.length));
         this.enter("text", rest, null);
       }

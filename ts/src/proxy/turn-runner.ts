@@ -183,7 +183,7 @@ async function* streamTurn(
   yield* apply(parser.finish());
   const turn = makeTurn(finish);
   const message: ChatMessage = { role: "assistant", content: reply.content, reasoning: reply.reasoning, tool_calls: reply.tool_calls };
-  capture.commit(thread, plan, turn, message, anyUnrecorded ? Uint8Array.from(recorded) : null);
+  capture.commit(thread, plan, turn, message, anyUnrecorded ? Uint8Array.from(recorded) : null, parser.malformedCalls);
   const stop: ReplyStop = finish === "length" ? "max_tokens" : reply.tool_calls.length > 0 ? "tool_calls" : "end_turn";
   yield { kind: "done", stop, usage: { prompt_tokens: plan.prompt_ids.length, completion_tokens: ids.length }, reply };
 }

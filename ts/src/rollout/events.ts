@@ -3,14 +3,15 @@
  * end summary and metrics all subscribe here instead of each being called from
  * the worker, so adding a consumer never touches the rollout loop.
  */
-import type { EnvErrorKind, TrajectoryStatus } from "../schema/index.ts";
+import type { EnvErrorKind, OverLengthAction, TokenCounts, TrajectoryStatus } from "../schema/index.ts";
 
 export type RolloutEvent =
   | { kind: "rollout_started"; groupId: string; trajectoryId: string; taskId: string; attempt: number }
   | { kind: "rollout_finished"; groupId: string; trajectoryId: string; taskId: string; harness: string; status: TrajectoryStatus; reward: number | null; wallTimeS: number; envError: string | null; defenseFlags?: string[]; stageMs?: Partial<Record<"setup" | "agent" | "grading", number>> }
   | { kind: "rollout_retried"; groupId: string; trajectoryId: string; envError: EnvErrorKind; attempt: number }
-  | { kind: "group_shipped"; groupId: string; taskId: string; trajectories: number; droppedEnvErrors: number; droppedOverLength?: number }
-  | { kind: "over_length"; groupId: string; trajectoryId: string; tokens: number; limit: number; action: "dropped" | "truncated"; reason: string }
+  // `trajectories`: records shipped, over-length drops included (they carry no segments); the totals are over those records.
+  | { kind: "group_shipped"; groupId: string; taskId: string; trajectories: number; droppedEnvErrors: number; droppedOverLength?: number; tokens?: TokenCounts; toolCalls?: number; toolCallParseFailures?: number; stale?: number; policyVersions?: { min: number; max: number } | null }
+  | { kind: "over_length"; groupId: string; trajectoryId: string; tokens: number; limit: number; action: OverLengthAction; reason: string }
   | { kind: "paused_for_staleness"; policyVersion: number; trainerVersion: number; maxStaleness: number }
   | { kind: "resumed"; policyVersion: number; trainerVersion: number }
   | { kind: "over_staleness_bound"; groupId: string; trajectoryId: string; oldestVersion: number; trainerVersion: number; maxStaleness: number }

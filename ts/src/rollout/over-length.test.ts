@@ -1,7 +1,7 @@
-/** The over-length policy on synthetic trajectories: drop says why, truncate cuts every per-token column and the spans with the tokens. */
+/** The over-length policy on synthetic segments: drop keeps none and says why, truncate cuts every per-token column and the spans with the tokens. */
 import { describe, expect, it } from "vitest";
 import { synthetic, validateRecords, type RoutingShape, type Trajectory } from "../schema/index.ts";
-import { applyLengthPolicy, truncateSegment } from "./over-length.ts";
+import { fitToLength, overLengthReason, truncateSegment } from "./over-length.ts";
 import { SummaryCollector } from "./summary.ts";
 import { RolloutEvents } from "./events.ts";
 import { buildWorkerConfig } from "./config.ts";
@@ -22,23 +22,23 @@ function trajectory(routing: RoutingShape | null): Trajectory {
 }
 
 describe("over-length policy", () => {
-  it("leaves a trajectory within the bound, or with no bound, as it is", () => {
+  it("leaves segments within the bound, or with no bound, as they are", () => {
     const t = trajectory(null);
-    expect(applyLengthPolicy(t, { maxSequenceTokens: null, overLength: "drop" }, null)).toEqual({ trajectory: t, overLength: null });
-    expect(applyLengthPolicy(t, { maxSequenceTokens: 42, overLength: "drop" }, null).trajectory).toBe(t);
+    expect(fitToLength(t.segments, { maxSequenceTokens: null, overLength: "drop" }, null)).toEqual({ segments: t.segments, overLength: null });
+    expect(fitToLength(t.segments, null, null).overLength).toBeNull();
+    expect(fitToLength(t.segments, { maxSequenceTokens: 42, overLength: "drop" }, null).segments[0]).toBe(t.segments[0]);
   });
 
-  it("drop: nothing ships, and the reason names the bound and the length", () => {
-    const r = applyLengthPolicy(trajectory(null), { maxSequenceTokens: 41, overLength: "drop" }, null);
-    expect(r.trajectory).toBeNull();
-    expect(r.overLength).toMatchObject({ trajectoryId: "t1", tokens: 42, limit: 41, action: "dropped" });
-    expect(r.overLength!.reason).toMatch(/1 segment\(s\) longer than the trainer's 41 tokens \(longest 42\)/);
+  it("drop: no segment ships, and the verdict and reason name the bound and the length", () => {
+    const r = fitToLength(trajectory(null).segments, { maxSequenceTokens: 41, overLength: "drop" }, null);
+    expect(r).toEqual({ segments: [], overLength: { action: "dropped", tokens: 42, limit: 41 } });
+    expect(overLengthReason(r.overLength!)).toBe("longest segment of 42 tokens is longer than the trainer's 41 tokens: dropped (shipped without segments or reward)");
   });
 
   it("truncate: tokens, logprobs, loss mask, provenance and routing cut together; spans past the cut gone, a straddling one clipped", () => {
     const t = trajectory(SHAPE);
-    const r = applyLengthPolicy(t, { maxSequenceTokens: 24, overLength: "truncate" }, SHAPE);
-    const main = r.trajectory!.segments[0]!;
+    const r = fitToLength(t.segments, { maxSequenceTokens: 24, overLength: "truncate" }, SHAPE);
+    const main = r.segments[0]!;
     const before = t.segments[0]!;
     expect(main.token_ids).toEqual(before.token_ids.slice(0, 24));
     expect(main.loss_mask).toEqual(before.loss_mask.slice(0, 24));
@@ -51,9 +51,10 @@ describe("over-length policy", () => {
     expect(main.loss_mask.reduce((n, m) => n + m, 0)).toBe(9);
     expect(main.turns.map((s) => [s.turn_id, s.completion_start, s.completion_end])).toEqual([["a", 10, 15], ["b", 20, 24]]);
     // The side segment (9 tokens) was within the bound: untouched.
-    expect(r.trajectory!.segments[1]).toBe(t.segments[1]);
-    expect(r.overLength).toMatchObject({ action: "truncated", tokens: 42, limit: 24 });
-    expect(() => validateRecords("Trajectory", [r.trajectory!], SHAPE)).not.toThrow();
+    expect(r.segments[1]).toBe(t.segments[1]);
+    expect(r.overLength).toEqual({ action: "truncated", tokens: 42, limit: 24 });
+    expect(overLengthReason(r.overLength!)).toBe("longest segment of 42 tokens cut to the trainer's 24 tokens");
+    expect(() => validateRecords("Trajectory", [{ ...t, segments: r.segments, over_length: r.overLength }], SHAPE)).not.toThrow();
     // The original is not changed (the worker may still log it).
     expect(t.segments[0]!.token_ids.length).toBe(42);
   });

@@ -1,9 +1,11 @@
 /**
- * Nothing silently cut: a trajectory with a segment longer than the trainer's
+ * Nothing silently cut: a rollout with a segment longer than the trainer's
  * maximum sequence (a segment is what the trainer runs one forward pass on)
- * meets an explicit policy before it ships.
- *  - `drop`: it does not ship; the worker says so (an `over_length` event with
- *    the reason, counted in the summary) and the group ships without it.
+ * meets an explicit policy before it ships, and its record says which
+ * (`over_length`: action, original length, limit).
+ *  - `drop`: the record ships with no segments and no reward, so no reader
+ *    trains on it, yet the trainer sees it accounted for; the group's other
+ *    rollouts keep their own baseline.
  *  - `truncate`: every over-long segment keeps its first `limit` tokens; every
  *    per-token column (logprobs, loss mask, provenance, routing) is cut with
  *    it, so the loss mask is shortened to what the trainer sees; a turn whose
@@ -12,7 +14,7 @@
  *    kept prefix: that bias is why `drop` is the default).
  * Pure, so the rules are tested without Docker.
  */
-import { validateRecords, type RoutingShape, type Segment, type Trajectory } from "../schema/index.ts";
+import type { OverLength, RoutingShape, Segment } from "../schema/index.ts";
 
 export const OVER_LENGTH_POLICIES = ["drop", "truncate"] as const;
 export type OverLengthPolicy = (typeof OVER_LENGTH_POLICIES)[number];
@@ -23,29 +25,23 @@ export interface LengthPolicy {
   overLength: OverLengthPolicy;
 }
 
-export interface OverLength {
-  trajectoryId: string;
-  /** Tokens of its longest segment. */
-  tokens: number;
-  limit: number;
-  action: "dropped" | "truncated";
-  /** What the record says happened, for the log. */
-  reason: string;
+/** The segments to ship under `policy` and, when one was over the limit, the record's verdict (null: within it). */
+export function fitToLength(segments: readonly Segment[], policy: LengthPolicy | null, routing: RoutingShape | null): { segments: Segment[]; overLength: OverLength | null } {
+  const limit = policy?.maxSequenceTokens ?? null;
+  const longest = segments.reduce((m, s) => Math.max(m, s.token_ids.length), 0);
+  if (limit === null || longest <= limit) return { segments: [...segments], overLength: null };
+  if (policy!.overLength === "drop") return { segments: [], overLength: { action: "dropped", tokens: longest, limit } };
+  return {
+    segments: segments.map((s) => (s.token_ids.length > limit ? truncateSegment(s, limit, routing) : s)),
+    overLength: { action: "truncated", tokens: longest, limit },
+  };
 }
 
-/** The trajectory to ship (null when dropped) and, when it was over the limit, what was done. */
-export function applyLengthPolicy(t: Trajectory, policy: LengthPolicy, routing: RoutingShape | null): { trajectory: Trajectory | null; overLength: OverLength | null } {
-  const limit = policy.maxSequenceTokens;
-  if (limit === null) return { trajectory: t, overLength: null };
-  const longest = t.segments.reduce((m, s) => Math.max(m, s.token_ids.length), 0);
-  if (longest <= limit) return { trajectory: t, overLength: null };
-  const over = t.segments.filter((s) => s.token_ids.length > limit).length;
-  if (policy.overLength === "drop") {
-    return { trajectory: null, overLength: { trajectoryId: t.trajectory_id, tokens: longest, limit, action: "dropped", reason: `${over} segment(s) longer than the trainer's ${limit} tokens (longest ${longest}): dropped` } };
-  }
-  const cut = { ...t, segments: t.segments.map((s) => (s.token_ids.length > limit ? truncateSegment(s, limit, routing) : s)) };
-  validateRecords("Trajectory", [cut], routing);
-  return { trajectory: cut, overLength: { trajectoryId: t.trajectory_id, tokens: longest, limit, action: "truncated", reason: `${over} segment(s) cut to the trainer's ${limit} tokens (longest was ${longest})` } };
+/** What the worker's log says about a record's over-length verdict. */
+export function overLengthReason(o: OverLength): string {
+  return o.action === "dropped"
+    ? `longest segment of ${o.tokens} tokens is longer than the trainer's ${o.limit} tokens: dropped (shipped without segments or reward)`
+    : `longest segment of ${o.tokens} tokens cut to the trainer's ${o.limit} tokens`;
 }
 
 export function truncateSegment(s: Segment, limit: number, routing: RoutingShape | null): Segment {

@@ -3,7 +3,8 @@
  * Python receiver, trainer at version 3, bound 1): the oracle's rollouts carry
  * session records whose turns were sampled with version 0 (r0, over the bound)
  * or 2 (r1, within it). Every trajectory ships (nothing is cut), and exactly
- * the over-bound ones are flagged as over_staleness_bound and counted.
+ * the over-bound ones are flagged: `stale` on the record the receiver holds,
+ * an over_staleness_bound event, the summary's count.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -28,7 +29,7 @@ const versionedOracle: AgentLauncher = {
     const version = /\.r0\.\d+$/.test(rolloutId) ? 0 : 2;
     const turns = [0, 1].map((i) => ({ turn_id: `${rolloutId}-t${i}`, prompt: 3, completion: 2, tail: 1, policy_version: version, finish_reason: "stop" as const }));
     const segment = synthetic.buildSegment({ segment_id: `${rolloutId}-s`, thread: "main", thread_id: "m", seal_reason: "finished", seed: 1, turns }, null);
-    return { ...agent, session: () => ({ segments: [segment], toolCalls: 0, rereadsAfterEdit: 0, rolledBackTurns: 0 }) };
+    return { ...agent, session: () => ({ segments: [segment], toolCalls: 0, toolCallParseFailures: 0, rereadsAfterEdit: 0, rolledBackTurns: 0 }) };
   },
   samplingVersion: () => 2,
 };
@@ -71,5 +72,10 @@ describe("staleness at ship time, end to end", () => {
     expect(summary.summary()).toMatchObject({ overStalenessBound: 2, trajectoriesShipped: 4, pausedForStaleness: 0 });
     const rows = receivedRows(join(work, "rx"));
     expect(rows).toHaveLength(4);
+    // The flag is on the record the trainer reads, with the versions it was judged from.
+    for (const r of rows) {
+      const old = /\.r0$/.test(r.trajectory_id as string);
+      expect(r).toMatchObject({ stale: old, min_policy_version: old ? 0 : 2, trainer_version_at_ship: 3 });
+    }
   });
 });

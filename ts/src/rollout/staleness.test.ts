@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { Trajectory } from "../schema/index.ts";
 import { synthetic } from "../schema/index.ts";
-import { mayStartRollout, oldestPolicyVersion, overStalenessBound } from "./index.ts";
+import { mayStartRollout, overStalenessBound, policyVersionRange } from "./index.ts";
 
 const turn = (id: string, v: number) => ({ turn_id: id, prompt: 3, completion: 2, tail: 1, policy_version: v, finish_reason: "stop" as const });
 const traj = (versions: number[]): Trajectory => ({
@@ -20,11 +20,13 @@ describe("staleness rule", () => {
     expect(mayStartRollout({ maxStaleness: null }, 0, 100)).toBe(true);
   });
 
-  it("judges a trajectory by its oldest turn", () => {
-    const t = traj([4, 6, 5]);
-    expect(oldestPolicyVersion(t)).toBe(4);
-    expect(overStalenessBound({ maxStaleness: 2 }, t, 6)).toBe(false);
-    expect(overStalenessBound({ maxStaleness: 2 }, t, 7)).toBe(true);
-    expect(overStalenessBound({ maxStaleness: 2 }, traj([]), 100)).toBe(false);
+  it("judges a rollout by its oldest turn", () => {
+    expect(policyVersionRange(traj([4, 6, 5]).segments)).toEqual({ min: 4, max: 6 });
+    expect(policyVersionRange(traj([]).segments)).toBeNull();
+    expect(overStalenessBound({ maxStaleness: 2 }, 4, 6)).toBe(false);
+    expect(overStalenessBound({ maxStaleness: 2 }, 4, 7)).toBe(true);
+    expect(overStalenessBound({ maxStaleness: 2 }, null, 100)).toBe(false);
+    expect(overStalenessBound({ maxStaleness: 0 }, 4, null)).toBe(false);
+    expect(overStalenessBound({ maxStaleness: null }, 0, 100)).toBe(false);
   });
 });

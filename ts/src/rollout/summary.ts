@@ -35,8 +35,15 @@ export interface RunSummary {
   /** Trajectories longer than the trainer's maximum sequence, by what the policy did (never cut silently). */
   overLength: { dropped: number; truncated: number };
   pausedForStaleness: number;
-  /** Shipped trajectories with a turn sampled more than --max-staleness behind the trainer. */
+  /** Shipped trajectories with a turn sampled more than --max-staleness behind the trainer (`stale` on the record). */
   overStalenessBound: number;
+  /** Oldest and newest policy version that sampled a shipped turn; null when none did. */
+  policyVersions: { min: number; max: number } | null;
+  /** Tokens of the shipped rollouts as recorded (before any over-length cut). */
+  tokens: { prompt: number; completion: number; trainable: number };
+  /** Tool-call blocks that did not parse, and their share of the tool calls the policy wrote (format collapse). */
+  toolCallParseFailures: number;
+  toolCallParseFailureRate: number;
   wallS: number;
 }
 
@@ -57,6 +64,10 @@ export class SummaryCollector {
   private readonly stageMs = { setup: 0, agent: 0, grading: 0 };
   private finished = 0;
   private stale = 0;
+  private readonly tokens = { prompt: 0, completion: 0, trainable: 0 };
+  private parseFailures = 0;
+  private toolCalls = 0;
+  private versions: { min: number; max: number } | null = null;
   private readonly t0 = performance.now();
 
   constructor(events: RolloutEvents) {
@@ -93,6 +104,11 @@ export class SummaryCollector {
       if (e.trajectories) this.groups += 1;
       this.shipped += e.trajectories;
       this.dropped += e.droppedEnvErrors;
+      for (const k of ["prompt", "completion", "trainable"] as const) this.tokens[k] += e.tokens?.[k] ?? 0;
+      this.parseFailures += e.toolCallParseFailures ?? 0;
+      this.toolCalls += e.toolCalls ?? 0;
+      const v = e.policyVersions;
+      if (v) this.versions = { min: Math.min(this.versions?.min ?? v.min, v.min), max: Math.max(this.versions?.max ?? v.max, v.max) };
     } else if (e.kind === "over_length") {
       this.overLength[e.action] += 1;
       if (e.action === "dropped") this.failures.over_length = (this.failures.over_length ?? 0) + 1;
@@ -127,6 +143,10 @@ export class SummaryCollector {
       overLength: { ...this.overLength },
       pausedForStaleness: this.pauses,
       overStalenessBound: this.stale,
+      policyVersions: this.versions && { ...this.versions },
+      tokens: { ...this.tokens },
+      toolCallParseFailures: this.parseFailures,
+      toolCallParseFailureRate: Math.round((this.parseFailures / Math.max(1, this.parseFailures + this.toolCalls)) * 1000) / 1000,
       wallS: Math.round((performance.now() - this.t0) / 100) / 10,
     };
   }
@@ -144,6 +164,8 @@ export function formatSummary(s: RunSummary): string {
     `${s.groupsShipped} groups, ${s.trajectoriesShipped} trajectories shipped; ${s.droppedEnvErrors} dropped after env-error retries; ${s.retries} retries; over length: ${s.overLength.dropped} dropped, ${s.overLength.truncated} truncated`,
     `statuses: ${kv(s.statuses)}; by harness: ${Object.entries(s.statusesByHarness).map(([h, v]) => `${h} (${kv(v)})`).join("; ") || "none"}`,
     `failures: ${kv(s.failures)}; env errors over all attempts: ${kv(s.envErrors)}; defense flags: ${kv(s.defenseFlags)}`,
+    `tokens: ${s.tokens.prompt} prompt, ${s.tokens.completion} completion, ${s.tokens.trainable} trainable; tool-call parse failures ${s.toolCallParseFailures} (rate ${s.toolCallParseFailureRate})`,
+    `policy versions ${s.policyVersions ? `${s.policyVersions.min}..${s.policyVersions.max}` : "none"}; ${s.overStalenessBound} shipped stale (over --max-staleness); paused for staleness ${s.pausedForStaleness} time(s)`,
     `throughput: ${s.throughput.rolloutsPerMin} rollouts/min, ${s.throughput.trajectoriesPerMin} trajectories/min over ${s.wallS} s; per rollout: setup ${s.stageS.setup} s, agent ${s.stageS.agent} s, grading ${s.stageS.grading} s`,
   ].join("\n");
 }

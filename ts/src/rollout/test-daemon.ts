@@ -24,8 +24,13 @@ export class TestDockerDaemon {
   /** Linux interface names are at most 15 bytes. */
   readonly bridge: string;
 
-  /** `name` keeps two test files' daemons apart (paths under /run and /var/lib). */
-  constructor(readonly name: string) {
+  /**
+   * `name` keeps two test files' daemons apart (paths under /run and /var/lib,
+   * the bridge); so does `bridgeAddress`, a link-local /24 of its own (never
+   * routed, never one a real network here uses): two files' daemons may run at
+   * once, and two bridges with one subnet would make the host's routes ambiguous.
+   */
+  constructor(readonly name: string, private readonly bridgeAddress = "169.254.213.1/24") {
     this.socket = `/run/lego-rl-test-dockerd-${name}.sock`;
     this.endpoint = `unix://${this.socket}`;
     this.dataRoot = `/var/lib/lego-rl-test-dockerd-${name}`;
@@ -103,8 +108,7 @@ export class TestDockerDaemon {
   private ensureBridge(): void {
     if (existsSync(`/sys/class/net/${this.bridge}`)) return;
     execFileSync("ip", ["link", "add", "name", this.bridge, "type", "bridge"]);
-    // A link-local /24 of its own: never routed, never one a real network here uses.
-    execFileSync("ip", ["addr", "add", "169.254.213.1/24", "dev", this.bridge]);
+    execFileSync("ip", ["addr", "add", this.bridgeAddress, "dev", this.bridge]);
     execFileSync("ip", ["link", "set", this.bridge, "up"]);
   }
 

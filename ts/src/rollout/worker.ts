@@ -1,22 +1,23 @@
 /**
  * The worker loop: for each task a group of G rollouts (each attempt a fresh
  * agent launch and proxy session, so a retry never inherits a broken one),
- * each turned into a Trajectory by buildTrajectory, and the group shipped
- * through the data plane once all G are final. A rollout that ends in
- * env_error is retried up to `maxAttempts`; after that the group ships
- * without it and its `group_shipped` event says how many were dropped.
- * Everything a person or the monitor sees goes through RolloutEvents.
+ * the group shipped through the data plane once all G are final, each
+ * rollout turned into a Trajectory by buildTrajectory at that moment (so its
+ * `stale` flag is judged against the trainer's newest version as it ships).
+ * A rollout that ends in env_error is retried up to `maxAttempts`; after that
+ * the group ships without it and its `group_shipped` event says how many were
+ * dropped. Everything a person or the monitor sees goes through RolloutEvents.
  */
-import type { RoutingShape, Trajectory } from "../schema/index.ts";
+import type { RoutingShape, TokenCounts, Trajectory } from "../schema/index.ts";
 import { ConcurrencyLimit, ensureBaseImage, ensureTaskImage, isSandboxEnvError, type EnvErrorKind, type RolloutOutcome, type TaskDefinition } from "../sandbox/index.ts";
 import type { AgentLauncher, Task } from "../tasks/index.ts";
 import type { RolloutEvents } from "./events.ts";
 import type { DockerHosts } from "./hosts.ts";
 import type { RunJournal } from "./journal.ts";
 import type { RolloutRunner } from "./runner.ts";
-import { applyLengthPolicy, type LengthPolicy } from "./over-length.ts";
-import { mayStartRollout, staleAtShip, type StalenessBound } from "./staleness.ts";
-import { buildTrajectory, type SessionRecords } from "./trajectory.ts";
+import { overLengthReason, type LengthPolicy } from "./over-length.ts";
+import { mayStartRollout, type StalenessBound } from "./staleness.ts";
+import { buildTrajectory, errorText, type SessionRecords, type TrajectoryInput } from "./trajectory.ts";
 
 /** The part of the data plane's Sender the worker uses (the real Sender in production and tests). */
 export interface TrajectorySink {
@@ -62,7 +63,10 @@ export interface WorkerResult {
   groupsShippedBefore: number;
 }
 
-const NO_SESSION: SessionRecords = { segments: [], toolCalls: 0, rereadsAfterEdit: 0, rolledBackTurns: 0 };
+const NO_SESSION: SessionRecords = { segments: [], toolCalls: 0, toolCallParseFailures: 0, rereadsAfterEdit: 0, rolledBackTurns: 0 };
+
+/** A rollout's final attempt, all buildTrajectory needs but what the worker knows at ship time. */
+type FinishedRollout = Omit<TrajectoryInput, "ship">;
 const safe = (s: string) => s.replace(/[^A-Za-z0-9_.-]+/g, "_");
 
 export async function runWorkerLoop(
@@ -92,30 +96,34 @@ export async function runWorkerLoop(
     return images.get(key)!;
   };
 
-  const rollout = async (launcher: AgentLauncher, task: Task, def: TaskDefinition, groupId: string, trajectoryId: string): Promise<Trajectory> => {
-    let trajectory: Trajectory | undefined;
-    let stageMs: RolloutOutcome["timingsMs"] = {};
+  const rollout = async (launcher: AgentLauncher, task: Task, def: TaskDefinition, groupId: string, trajectoryId: string): Promise<FinishedRollout> => {
+    let finished: FinishedRollout | undefined;
     for (let attempt = 1; attempt <= opts.maxAttempts; attempt++) {
       // Back off before a retry (outside the rollout slots): an env_error from a daemon or engine that is
       // away for a moment would otherwise burn every attempt within milliseconds.
       if (attempt > 1) await new Promise((r) => setTimeout(r, Math.min(backoffMs * 2 ** (attempt - 2), MAX_BACKOFF_MS)));
       events.emit({ kind: "rollout_started", groupId, trajectoryId, taskId: task.id, attempt });
       const t0 = performance.now();
-      const outcome = await limit.run(() => attemptOnce(launcher, task, def, `${trajectoryId}.${attempt}`));
-      const attemptOutcome: RolloutOutcome = { ...outcome.outcome, attempts: attempt };
-      stageMs = attemptOutcome.timingsMs;
-      trajectory = buildTrajectory({
+      const result = await limit.run(() => attemptOnce(launcher, task, def, `${trajectoryId}.${attempt}`));
+      const outcome: RolloutOutcome = { ...result.outcome, attempts: attempt };
+      finished = {
         identity: { trajectoryId, groupId, taskId: task.id, harness: launcher.name },
-        session: outcome.session,
-        outcome: attemptOutcome,
+        session: result.session,
+        outcome,
         wallTimeS: (performance.now() - t0) / 1000,
         routing: opts.routing,
-      });
-      if (trajectory.status !== "env_error") break;
-      if (attempt < opts.maxAttempts) events.emit({ kind: "rollout_retried", groupId, trajectoryId, envError: attemptOutcome.envError!.kind, attempt });
+      };
+      if (outcome.status !== "env_error") break;
+      if (attempt < opts.maxAttempts) events.emit({ kind: "rollout_retried", groupId, trajectoryId, envError: outcome.envError!.kind, attempt });
     }
-    events.emit({ kind: "rollout_finished", groupId, trajectoryId, taskId: task.id, harness: launcher.name, status: trajectory!.status, reward: trajectory!.reward, wallTimeS: trajectory!.metrics.wall_time_s, envError: trajectory!.error, defenseFlags: trajectory!.defense_flags, stageMs });
-    return trajectory!;
+    const { outcome, wallTimeS } = finished!;
+    events.emit({
+      kind: "rollout_finished", groupId, trajectoryId, taskId: task.id, harness: launcher.name, status: outcome.status,
+      // As on the record: an env_error says nothing about the policy.
+      reward: outcome.status === "env_error" ? null : outcome.reward, wallTimeS, envError: errorText(outcome),
+      defenseFlags: [...new Set(outcome.defenseFlags)].sort(), stageMs: outcome.timingsMs,
+    });
+    return finished!;
   };
 
   type Attempt = { outcome: RolloutOutcome; session: SessionRecords };
@@ -171,35 +179,37 @@ export async function runWorkerLoop(
     // One harness per group (a mixed run assigns it here), so a group's rewards compare like with like.
     const harness = launcher.forGroup?.(groupId) ?? launcher;
     const all = await Promise.all(Array.from({ length: opts.groupSize }, (_, i) => rollout(harness, task, def, groupId, `${groupId}.r${i}`)));
-    const graded: Trajectory[] = [];
-    for (const t of all.filter((x) => x.status !== "env_error")) {
-      if (!opts.lengthPolicy) {
-        graded.push(t);
-        continue;
-      }
-      const fitted = applyLengthPolicy(t, opts.lengthPolicy, opts.routing);
-      if (fitted.overLength) events.emit({ kind: "over_length", groupId, ...fitted.overLength });
-      if (fitted.trajectory) graded.push(fitted.trajectory);
-    }
-    // Over-length drops are counted by their events (summary), not in WorkerResult.
-    const overLength = all.filter((x) => x.status !== "env_error").length - graded.length;
-    const dropped = all.length - graded.length - overLength;
-    // Flagged on the event stream as they ship (the trainer sees each turn's version on the record itself).
-    for (const s of staleAtShip(opts.staleness, graded, sink.policyVersion?.version ?? null)) {
-      events.emit({ kind: "over_staleness_bound", groupId, ...s, maxStaleness: opts.staleness.maxStaleness! });
-    }
+    const graded = all.filter((r) => r.outcome.status !== "env_error");
+    const dropped = all.length - graded.length;
+    let records: Trajectory[] = [];
     let shipped: unknown;
-    const send = async () => void (graded.length ? (shipped = await sink.send(graded, opts.routing)) : undefined);
+    const send = async () => {
+      // Built as the group's turn to ship comes (shipping is serialized), so `stale` is judged
+      // against the newest version the trainer had announced when the batch went out.
+      const ship = { staleness: opts.staleness, trainerVersion: sink.policyVersion?.version ?? null, length: opts.lengthPolicy ?? null };
+      records = graded.map((r) => buildTrajectory({ ...r, ship }));
+      for (const t of records) {
+        if (t.over_length) events.emit({ kind: "over_length", groupId, trajectoryId: t.trajectory_id, ...t.over_length, reason: overLengthReason(t.over_length) });
+        if (t.stale) events.emit({ kind: "over_staleness_bound", groupId, trajectoryId: t.trajectory_id, oldestVersion: t.min_policy_version!, trainerVersion: t.trainer_version_at_ship!, maxStaleness: opts.staleness.maxStaleness! });
+      }
+      if (records.length) shipped = await sink.send(records, opts.routing);
+    };
+    // Every graded rollout ships as one record (an over-length drop as one without segments).
     await (deps.journal ? deps.journal.ship(index, groupId, graded.length, send) : send());
     if (opts.onPolicy && Array.isArray(shipped) && shipped.length && index < tasks.length - 1) {
       // The next group samples only after the trainer's step on this one has published its weights
       // (after the last group there is none to wait for; the final drain waits for its ack).
       await sink.waitUntilTrained!((shipped as { batch_id: string }[]).map((h) => h.batch_id), opts.onPolicy.waitMs);
     }
-    result.groupsShipped += graded.length ? 1 : 0;
-    result.trajectoriesShipped += graded.length;
+    result.groupsShipped += records.length ? 1 : 0;
+    result.trajectoriesShipped += records.length;
     result.droppedEnvErrors += dropped;
-    events.emit({ kind: "group_shipped", groupId, taskId: task.id, trajectories: graded.length, droppedEnvErrors: dropped, droppedOverLength: overLength });
+    events.emit({
+      kind: "group_shipped", groupId, taskId: task.id, trajectories: records.length, droppedEnvErrors: dropped,
+      // Over-length drops ship as records without segments (counted here, and by their events in the summary).
+      droppedOverLength: records.filter((t) => t.over_length?.action === "dropped").length,
+      ...shippedTotals(records),
+    });
   };
 
   // Groups start only as slots free up (one more than the rollout slots need, so the next group
@@ -226,6 +236,24 @@ async function waitUntilFresh(sink: TrajectorySink, events: RolloutEvents, opts:
     // The sampling side moves with the engine's weight loads, which the sender does not see; poll it.
     await new Promise((r) => setTimeout(r, 200));
   }
+}
+
+/** What the summary adds up from a group's records: tokens, tool calls and parse failures, stale ones, policy versions. */
+function shippedTotals(records: readonly Trajectory[]): { tokens: TokenCounts; toolCalls: number; toolCallParseFailures: number; stale: number; policyVersions: { min: number; max: number } | null } {
+  const tokens = { prompt: 0, completion: 0, trainable: 0 };
+  let toolCalls = 0;
+  let toolCallParseFailures = 0;
+  let low = Infinity;
+  let high = -Infinity;
+  for (const t of records) {
+    for (const k of ["prompt", "completion", "trainable"] as const) tokens[k] += t.tokens?.[k] ?? 0;
+    toolCalls += t.metrics.tool_calls;
+    toolCallParseFailures += t.tool_call_parse_failures ?? 0;
+    low = Math.min(low, t.min_policy_version ?? Infinity);
+    high = Math.max(high, t.max_policy_version ?? -Infinity);
+  }
+  const policyVersions = low <= high ? { min: low, max: high } : null;
+  return { tokens, toolCalls, toolCallParseFailures, stale: records.filter((t) => t.stale).length, policyVersions };
 }
 
 function envErrorOutcome(kind: EnvErrorKind, message: string): RolloutOutcome {

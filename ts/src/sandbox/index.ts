@@ -1,5 +1,5 @@
 /** Public surface of the sandbox component. */
-export type { DefenseFlag, EnvErrorKind, OutcomeStatus, RolloutOutcome, SandboxLimits, SandboxStage } from "./types.ts";
+export type { AgentRecordFile, AgentRunRecord, DefenseFlag, EnvErrorKind, OutcomeStatus, RolloutOutcome, SandboxLimits, SandboxStage } from "./types.ts";
 export { DEFAULT_LIMITS, DEFENSE_FLAG_VALUES, ENV_ERROR_KIND_VALUES, LABEL } from "./types.ts";
 export { DEFAULT_SANDBOX_HOST, configureSandboxHost, sandboxHost, sandboxHostFromEnv, type SandboxHostSettings } from "./host-settings.ts";
 export { SandboxEnvError, TaskFormatError, isSandboxEnvError } from "./errors.ts";
@@ -11,7 +11,7 @@ export { AgentSandbox, type RuntimeMount } from "./agent-sandbox.ts";
 export { WarmPool, type WarmPoolConfig } from "./warm-pool.ts";
 export { ConcurrencyLimit } from "./concurrency.ts";
 // The rollout runner lives in ../rollout/; these are the stage seams it drives.
-export { runStages, type AgentProgram, type RolloutRequest, type SandboxSource, type StageConfig } from "./stages.ts";
+export { runStages, type AgentProgram, type RecordFileSpec, type RolloutRequest, type SandboxSource, type StageConfig } from "./stages.ts";
 export { DEFAULT_PROTECTED_PATHS, ProtectedPaths } from "./protected-paths.ts";
 export { FORWARDER_PORT } from "./proxy-route.ts";
 export { reapDeadRuns, removeRolloutContainers } from "./reaper.ts";

@@ -16,6 +16,12 @@ import { closeSync, constants, fstatSync, lstatSync, openSync, readSync } from "
  * real folders (a link, a FIFO, a socket, a folder).
  */
 export function readContainerFile(pid: number, path: string, maxBytes: number): string | null | undefined {
+  const head = readContainerFileHead(pid, path, maxBytes);
+  return head ? head.text : head;
+}
+
+/** As readContainerFile, with the file's whole size (so a caller can say it read only the head). */
+export function readContainerFileHead(pid: number, path: string, maxBytes: number): { text: string; size: number } | null | undefined {
   const parts = path.split("/").filter(Boolean);
   let at = `/proc/${pid}/root`;
   for (const dir of parts.slice(0, -1)) {
@@ -39,7 +45,7 @@ export function readContainerFile(pid: number, path: string, maxBytes: number): 
     if (!st.isFile()) return null;
     const buf = Buffer.alloc(Math.min(maxBytes, st.size));
     const n = readSync(fd, buf, 0, buf.length, 0);
-    return buf.subarray(0, n).toString("utf8");
+    return { text: buf.subarray(0, n).toString("utf8"), size: st.size };
   } finally {
     closeSync(fd);
   }

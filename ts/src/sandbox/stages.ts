@@ -9,18 +9,19 @@
  * never trained on); the agent's own failures → agent_error or timeout.
  */
 import { AgentSandbox, IN_CONTAINER, type RuntimeMount } from "./agent-sandbox.ts";
-import { Sandbox } from "./container.ts";
+import { Sandbox, type ExecResult } from "./container.ts";
 import { AgentLimitError, SandboxEnvError } from "./errors.ts";
 import { SANITIZE_GIT_SCRIPT } from "./git-history.ts";
 import { applyWorkspaceChange, lockProtectedFiles, runGrader } from "./grader.ts";
 import { networkAttempts, resourceCounters } from "./host-probes.ts";
+import { readContainerFileHead } from "./proc-root.ts";
 import { ProtectedPaths } from "./protected-paths.ts";
 import { moduleNamesOf, shadowingFiles } from "./shadowing.ts";
 import type { TarFile } from "./tar.ts";
 import { withOverlay, writeGradingFiles, writeOverlay } from "./task-overlay.ts";
 import { FORWARDER_PORT, ROUTE_SOCKET } from "./proxy-route.ts";
 import type { TaskDefinition } from "./task.ts";
-import { WORKSPACE, type DefenseFlag, type RolloutOutcome, type SandboxLimits, type SandboxStage } from "./types.ts";
+import { WORKSPACE, type AgentRecordFile, type AgentRunRecord, type DefenseFlag, type RolloutOutcome, type SandboxLimits, type SandboxStage } from "./types.ts";
 import { diffWorkspace, snapshotOf } from "./workspace-files.ts";
 
 /** What runs in the agent stage: a harness launch line, or a test's scripted agent. */
@@ -34,6 +35,17 @@ export interface AgentProgram {
    * Their top folders are ours, not the agent's writes outside the workspace.
    */
   files?: TarFile[];
+  /**
+   * Files the program writes its own record to (a harness's event stream or
+   * trajectory), absolute paths in the container: read back, at most
+   * `maxBytes` each, once the stage is over (RolloutOutcome.agentRun).
+   */
+  recordFiles?: RecordFileSpec[];
+}
+
+export interface RecordFileSpec {
+  path: string;
+  maxBytes: number;
 }
 
 export interface RolloutRequest {
@@ -132,6 +144,45 @@ async function agentFilledDisk<T>(grading: Sandbox, step: () => Promise<T>): Pro
   }
 }
 
+/** How much of the program's stdout and stderr its run record keeps (as much as `log` keeps of a verdict). */
+const OUTPUT_TAIL_CHARS = 4000;
+
+/** A record file's path must name one place: absolute, no `.`/`..`/empty parts (the program's own constant, checked before anything runs). */
+function checkRecordFiles(specs: RecordFileSpec[]): void {
+  for (const f of specs) {
+    const parts = f.path.split("/");
+    if (!f.path.startsWith("/") || parts.slice(1).some((p) => p === "" || p === "." || p === "..") || !(f.maxBytes > 0))
+      throw new Error(`AgentProgram.recordFiles: ${JSON.stringify(f)} must be an absolute, normalised path with maxBytes > 0`);
+  }
+}
+
+/**
+ * What the program left: exit, output tails, its record files read from the
+ * host through /proc/PID/root (a tmpfs such as /tmp is invisible to Docker's
+ * archive API), on the frozen container, bounded, refusing links and FIFOs.
+ */
+function agentRunRecord(run: ExecResult, pid: number | null, specs: RecordFileSpec[]): AgentRunRecord {
+  const read = (f: RecordFileSpec): AgentRecordFile => {
+    if (pid === null) return { path: f.path, status: "unreadable", detail: "the agent container had stopped" };
+    try {
+      const head = readContainerFileHead(pid, f.path, f.maxBytes);
+      if (head === undefined) return { path: f.path, status: "absent", detail: "no such file" };
+      if (head === null) return { path: f.path, status: "not_a_file", detail: "not a regular file reached through real folders (a link, FIFO, socket or folder)" };
+      return { path: f.path, status: "read", text: head.text, bytes: head.size, truncated: head.size > f.maxBytes };
+    } catch (e) {
+      // The host may not read another container's root (not root, a remote daemon): say so, the outcome stands.
+      return { path: f.path, status: "unreadable", detail: `${(e as NodeJS.ErrnoException).code ?? "error"}: ${(e as Error).message}` };
+    }
+  };
+  return {
+    exitCode: run.exitCode,
+    timedOut: run.timedOut,
+    stdoutTail: run.stdout.slice(-OUTPUT_TAIL_CHARS),
+    stderrTail: run.stderr.slice(-OUTPUT_TAIL_CHARS),
+    files: specs.map(read),
+  };
+}
+
 /** Pristine /workspace per image. Tags are content hashes, so an entry never goes stale. */
 const pristineCache = new Map<string, ReturnType<typeof snapshotOf>>();
 const PRISTINE_CACHE_ENTRIES = 32;
@@ -148,11 +199,15 @@ async function pristineWorkspace(image: string, fresh: Sandbox): Promise<ReturnT
 export async function runStages(req: RolloutRequest, source: SandboxSource, cfg: StageConfig): Promise<RolloutOutcome> {
   const flags = new Set<DefenseFlag>();
   const timingsMs: Partial<Record<SandboxStage, number>> = {};
+  const recordFiles = req.agent.recordFiles ?? [];
+  checkRecordFiles(recordFiles);
+  let agentRun: AgentRunRecord | undefined;
   const out = (o: Pick<RolloutOutcome, "status" | "reward"> & Partial<RolloutOutcome>): RolloutOutcome => ({
     defenseFlags: [...flags].sort(),
     attempts: 1,
     timingsMs,
     log: "",
+    ...(agentRun ? { agentRun } : {}),
     ...o,
   });
   let box: AgentSandbox | undefined;
@@ -191,6 +246,7 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
     // paused container, and exec (which a fork bomb could starve) is not needed.
     const { pid, running } = await sb.state();
     if (running) await quiesce(sb);
+    agentRun = agentRunRecord(run, running ? pid : null, recordFiles);
     if (box.netGuardArmed && running && (await networkAttempts(pid)) > 0) flags.add("network_attempt");
     const res = resourceCounters(sb.id);
     if (res.pidsLimitHits > 0 || res.oomKills > 0) flags.add("resource_limit");
@@ -213,7 +269,11 @@ export async function runStages(req: RolloutRequest, source: SandboxSource, cfg:
       if (res.oomKills > 0) return out({ status: "agent_error", reward: 0 });
       throw new SandboxEnvError("container_died", "agent container stopped during the agent stage", sb.context());
     }
-    if (run.exitCode !== 0) return out({ status: "agent_error", reward: 0, log: run.stderr.slice(-4000) });
+    // The exit status goes last (a record keeps the log's tail): a harness killed by a signal
+    // (137 = SIGKILL) leaves no stderr to say what ended it.
+    if (run.exitCode !== 0) {
+      return out({ status: "agent_error", reward: 0, log: [run.stderr.slice(-4000).trimEnd(), `the agent exited with status ${run.exitCode}`].filter(Boolean).join("\n") });
+    }
     if (full.length) return out({ status: "agent_error", reward: 0, log: `the agent filled ${full.join(", ")} (disk quota)` });
     const agentWorkspace = await sb.getFiles(WORKSPACE, cfg.maxWorkspaceBytes);
     source.discard(box);

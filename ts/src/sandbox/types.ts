@@ -35,7 +35,30 @@ export interface RolloutOutcome {
    * graded, the agent's stderr for agent_error/timeout, the limit hit otherwise.
    */
   log: string;
+  /** What the agent stage's program itself left (exit, output tails, its record files); absent when the stage never ran it. */
+  agentRun?: AgentRunRecord;
 }
+
+/**
+ * The agent program's own account of its run, as the sandbox saw it. Every
+ * byte of it is the agent's to shape (it controls the container): the files
+ * are read bounded, through real folders only, never following a link.
+ */
+export interface AgentRunRecord {
+  exitCode: number;
+  timedOut: boolean;
+  /** The last characters of its stdout and stderr. */
+  stdoutTail: string;
+  stderrTail: string;
+  /** The program's record files (AgentProgram.recordFiles), in the order it named them. */
+  files: AgentRecordFile[];
+}
+
+export type AgentRecordFile =
+  /** `text` is the file's first `maxBytes` as UTF-8; `bytes` its whole size. */
+  | { path: string; status: "read"; text: string; bytes: number; truncated: boolean }
+  /** Nothing there; something that is not a regular file reached through real folders (a link, a FIFO); or the host could not read it. */
+  | { path: string; status: "absent" | "not_a_file" | "unreadable"; detail: string };
 
 /** Resource limits applied to every task container (HostConfig). */
 export interface SandboxLimits {

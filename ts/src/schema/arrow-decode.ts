@@ -34,10 +34,20 @@ function endsWithEos(bytes: Uint8Array): boolean {
   return END_OF_STREAM.every((b, i) => tail[i] === b);
 }
 
-function checkColumns(record: string, found: Schema, expected: Schema): void {
+/** Whether a batch written at `version` predates the MINOR release `since` (so it lacks that column). */
+function predates(version: string, since: string | undefined): boolean {
+  if (!since) return false;
+  const [major, minor] = version.split(".").map(Number);
+  const [sinceMajor, sinceMinor] = since.split(".").map(Number);
+  return major === sinceMajor && minor! < sinceMinor!;
+}
+
+function checkColumns(record: ArrowRecordName, found: Schema, expected: Schema, version: string): void {
   for (const field of expected.fields) {
     const match = found.fields.find((f) => f.name === field.name);
     if (!match) {
+      // A column a later MINOR release added is absent from older batches; it reads as null.
+      if (predates(version, RECORD_FIELDS[record].find((d) => d.name === field.name)?.since)) continue;
       throw new MissingColumnError(`${record} batch has no column '${field.name}' (required by schema ${SCHEMA_VERSION})`);
     }
     if (String(match.type) !== String(field.type) || match.nullable !== field.nullable) {
@@ -119,7 +129,10 @@ function structRows(record: RecordName, data: Data, childIndex?: readonly number
   const descriptors = RECORD_FIELDS[record];
   // Struct children are not sliced with their parent: apply the parent's offset.
   const columns = descriptors.map((desc, i) => {
-    const child = data.children[childIndex ? childIndex[i]! : i]!;
+    const index = childIndex ? childIndex[i]! : i;
+    // Only a column added after the batch was written is absent (checkColumns): null in every row.
+    if (index < 0) return new Array<unknown>(data.length).fill(null);
+    const child = data.children[index]!;
     return columnValues(desc, data.offset ? child.slice(data.offset, data.length) : child);
   });
   const rows: object[] = new Array(data.length);
@@ -169,7 +182,7 @@ export function decodeBatch<R extends ArrowRecordName>(bytes: Uint8Array, expect
   } catch (error) {
     throw new SchemaError(`${record} batch: ${(error as Error).message}`);
   }
-  checkColumns(record, schema, arrowSchema(record, routing));
+  checkColumns(record, schema, arrowSchema(record, routing), version);
   if (batches.length !== 1) {
     throw new SchemaError(`${record} IPC stream holds ${batches.length} record batches; the schema expects exactly 1`);
   }

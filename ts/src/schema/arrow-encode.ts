@@ -181,8 +181,11 @@ function buildColumn(desc: FieldDescriptor, field: Field, values: readonly unkno
       const child = makeData({ type: elementType as Int32, length: flat.length, nullCount: 0, data: flat as Int32Array });
       return makeData({ type: type as List, length: values.length, ...validity(values, desc.nullable), valueOffsets, child });
     }
-    case "record":
-      return buildStruct(t.record, type as Struct, values as object[], path, scratch);
+    case "record": {
+      // A null struct still has a slot in each child column; a fixed filler keeps the bytes deterministic.
+      const rows = values.map((v) => (v ?? placeholderRow(t.record)) as object);
+      return buildStruct(t.record, type as Struct, rows, path, scratch, validity(values, desc.nullable));
+    }
     case "records": {
       const lists = values.map((v) => (v ?? []) as object[]);
       const child = buildStruct(t.record, (type as List).children[0]!.type as Struct, lists.flat(), `${path}[]`, scratch);
@@ -192,12 +195,48 @@ function buildColumn(desc: FieldDescriptor, field: Field, values: readonly unkno
   }
 }
 
-function buildStruct(record: RecordName, type: Struct, rows: readonly object[], where: string, scratch: Scratch): Data<Struct> {
+function buildStruct(
+  record: RecordName, type: Struct, rows: readonly object[], where: string, scratch: Scratch,
+  valid: { nullCount: number; nullBitmap?: Uint8Array } = { nullCount: 0 },
+): Data<Struct> {
   const descriptors = RECORD_FIELDS[record];
   const children = descriptors.map((desc, i) =>
     buildColumn(desc, type.children[i]!, rows.map((r) => (r as Record<string, unknown>)[desc.name] ?? null), where, scratch),
   );
-  return makeData({ type, length: rows.length, nullCount: 0, children });
+  return makeData({ type, length: rows.length, ...valid, children });
+}
+
+/** The filler under a null struct: a value of each required field's type (nullable ones stay null). */
+function placeholderRow(record: RecordName): Record<string, unknown> {
+  const row: Record<string, unknown> = {};
+  for (const desc of RECORD_FIELDS[record]) {
+    if (desc.nullable) {
+      row[desc.name] = null;
+      continue;
+    }
+    const t = desc.type;
+    switch (t.kind) {
+      case "scalar":
+        row[desc.name] = t.scalar === "string" ? "" : t.scalar === "bool" ? false : 0;
+        break;
+      case "enum":
+        row[desc.name] = t.values[0];
+        break;
+      case "strings":
+      case "records":
+        row[desc.name] = [];
+        break;
+      case "tokens":
+        row[desc.name] = new TOKEN_CTORS[t.element](0);
+        break;
+      case "record":
+        row[desc.name] = placeholderRow(t.record);
+        break;
+      case "routing":
+        throw new SchemaError(`${record}.${desc.name}: a required routing column cannot sit under a nullable struct`);
+    }
+  }
+  return row;
 }
 
 /**

@@ -16,6 +16,34 @@ const moe = arrowCases().find((c) => c.name === "trajectories-moe-u8")!;
 const rows = () => moe.rows() as Trajectory[];
 const packr = new Packr({ useRecords: false });
 
+/** The Trajectory columns schema 2.3 appended (records.toml: `since = "2.3"`). */
+const COLUMNS_2_3 = ["tool_call_parse_failures", "tokens", "stage_seconds", "min_policy_version", "max_policy_version", "trainer_version_at_ship", "stale", "over_length"];
+
+/** The moe case's batch written at `version`, without the 2.3 columns (as a 2.2 writer wrote it). */
+function without23(version: string): Uint8Array {
+  const batch = decodeBatch(encodeBatch("Trajectory", rows(), moe.routing, { version })).batch;
+  const selected = batch.select(batch.schema.fields.map((f) => f.name).filter((n) => !COLUMNS_2_3.includes(n)));
+  return RecordBatchStreamWriter.writeAll([new RecordBatch(new Schema(selected.schema.fields, batch.schema.metadata), selected.data)]).toUint8Array(true);
+}
+
+describe("decodeBatch reads", () => {
+  it("a batch written before a MINOR release with the columns it added as null", () => {
+    const decoded = decodeBatch(without23(`${SCHEMA_MAJOR}.2.0`), "Trajectory");
+    expect(decoded.schemaVersion).toBe(`${SCHEMA_MAJOR}.2.0`);
+    const first = decoded.rows[0]! as unknown as Record<string, unknown>;
+    expect(COLUMNS_2_3.map((n) => first[n])).toEqual(COLUMNS_2_3.map(() => null));
+    expect(decoded.rows[0]!.metrics.tool_calls).toBe(1);
+    expect(decoded.rows[0]!.segments).toHaveLength(3);
+  });
+
+  it("a null struct as null beside set ones", () => {
+    const back = decodeBatch(encodeBatch("Trajectory", rows(), moe.routing), "Trajectory").rows;
+    expect(back[0]!.over_length).toEqual({ action: "truncated", tokens: 4096, limit: 2048 });
+    expect(back[1]!.over_length).toBeNull();
+    expect(back[1]!.stage_seconds).toEqual({ setup: 0.5, agent: null, grading: null });
+  });
+});
+
 describe("decodeBatch refuses", () => {
   it("a stream cut anywhere, naming its length", () => {
     const bytes = encodeBatch("Trajectory", rows(), moe.routing);
@@ -47,6 +75,27 @@ describe("decodeBatch refuses", () => {
     const bytes = RecordBatchStreamWriter.writeAll([stripped]).toUint8Array(true);
     expect(() => decodeBatch(bytes)).toThrow(MissingColumnError);
     expect(() => decodeBatch(bytes)).toThrow("no column 'status'");
+  });
+
+  it("a batch of the current MINOR without a column that MINOR added, naming it", () => {
+    expect(() => decodeBatch(without23(SCHEMA_VERSION))).toThrow(MissingColumnError);
+    expect(() => decodeBatch(without23(SCHEMA_VERSION))).toThrow("no column 'tool_call_parse_failures'");
+  });
+
+  it("version and over-length fields that contradict each other", () => {
+    const cases: [Partial<Trajectory>, string][] = [
+      [{ max_policy_version: null }, "must both be set or both null"],
+      [{ min_policy_version: 9, max_policy_version: 8 }, "min_policy_version 9 is above max_policy_version 8"],
+      [{ trainer_version_at_ship: null }, "stale is true but min_policy_version or trainer_version_at_ship is null"],
+      [{ over_length: { action: "truncated", tokens: 10, limit: 2048 } }, "10 tokens over a limit of 2048"],
+      [{ over_length: { action: "dropped", tokens: 4096, limit: 2048 } }, "an over-length drop ships no segments and no reward"],
+    ];
+    for (const [change, message] of cases) {
+      const bad = rows();
+      Object.assign(bad[0]!, change);
+      expect(() => encodeBatch("Trajectory", bad, moe.routing)).toThrow(message);
+      expect(() => decodeBatch(encodeBatch("Trajectory", bad, moe.routing, { validate: false }))).toThrow(RecordShapeError);
+    }
   });
 
   it("routing whose length is not tokens x layers x top_k", () => {

@@ -4,7 +4,7 @@ import {
   Uint8, Uint16, Uint32, Utf8, type DataType,
 } from "apache-arrow";
 
-export const SCHEMA_VERSION = "2.2.0";
+export const SCHEMA_VERSION = "2.3.0";
 export const SCHEMA_MAJOR = 2;
 
 /** Routing values: uint8 when the model has at most 256 experts, else uint16. */
@@ -45,6 +45,11 @@ export type SealReason = (typeof SEAL_REASON_VALUES)[number];
 export const ACK_STATUS_VALUES = ["accepted", "duplicate", "quarantined"] as const;
 /** What the receiver did with a batch. `duplicate` is an ack for a batch id it already holds. */
 export type AckStatus = (typeof ACK_STATUS_VALUES)[number];
+
+/** What the rollout worker's over-length policy did to a trajectory with a segment longer than the trainer's maximum sequence (docs/rollout.md). */
+export const OVER_LENGTH_ACTION_VALUES = ["truncated", "dropped"] as const;
+/** What the rollout worker's over-length policy did to a trajectory with a segment longer than the trainer's maximum sequence (docs/rollout.md). */
+export type OverLengthAction = (typeof OVER_LENGTH_ACTION_VALUES)[number];
 
 /** Who produced a token. Only `sampled` tokens can be trainable; a token whose origin cannot be proven is `prompt`. */
 export const TokenProvenance = { prompt: 0, template: 1, sampled: 2 } as const;
@@ -142,6 +147,36 @@ export interface TrajectoryMetrics {
   wall_time_s: number;
 }
 
+/** Tokens of a rollout's segments as the proxy recorded them, before any over-length cut (schema 2.3). */
+export interface TokenCounts {
+  /** Tokens the policy did not sample: the harness's prompt and the chat template's (provenance prompt or template). */
+  prompt: number;
+  /** Tokens the policy sampled (provenance sampled). */
+  completion: number;
+  /** Tokens with loss_mask 1. */
+  trainable: number;
+}
+
+/** Wall time of each sandbox stage of the attempt that produced the record, in seconds (schema 2.3). */
+export interface StageSeconds {
+  /** Container start and task setup; null when the stage did not run. */
+  setup: number | null;
+  /** The harness's run; null when the stage did not run. */
+  agent: number | null;
+  /** The verifier in its fresh container; null when the stage did not run. */
+  grading: number | null;
+}
+
+/** A segment of the rollout was longer than the trainer's maximum sequence; what the worker's policy did (schema 2.3). */
+export interface OverLength {
+  /** truncated: each longer segment keeps its first `limit` tokens (every per-token column cut with it); dropped: the record ships with no segments and no reward, so it never trains but is accounted for. */
+  action: OverLengthAction;
+  /** Tokens of the longest segment before the policy applied (its original length). */
+  tokens: number;
+  /** The trainer's maximum sequence (--max-sequence-tokens). */
+  limit: number;
+}
+
 /** One rollout of one harness on one task. One Arrow row per trajectory; its segments are nested. */
 export interface Trajectory {
   /** Unique id; redelivery of the same id is idempotent. */
@@ -154,7 +189,7 @@ export interface Trajectory {
   harness: string;
   /** How the rollout ended. */
   status: TrajectoryStatus;
-  /** Grader's reward; null unless status is ok, agent_error or timeout. */
+  /** Grader's reward; null unless status is ok, agent_error or timeout, and null on a record dropped as over length (2.3), so that no reader trains on it. */
   reward: number | null;
   /** 0 for the first try; env_error retries count up. */
   attempt: number;
@@ -166,6 +201,22 @@ export interface Trajectory {
   metrics: TrajectoryMetrics;
   /** Token data, main thread first. */
   segments: Segment[];
+  /** Tool-call blocks the policy wrote on the main thread that did not parse (the harness got them as text): format collapse. Null only in records written before 2.3. */
+  tool_call_parse_failures?: number | null;
+  /** Prompt, completion and trainable tokens of the rollout. Null only in records written before 2.3. */
+  tokens?: TokenCounts | null;
+  /** Wall time per sandbox stage. Null only in records written before 2.3. */
+  stage_seconds?: StageSeconds | null;
+  /** Oldest weight version that sampled one of the rollout's turns; null when it has none. */
+  min_policy_version?: number | null;
+  /** Newest weight version that sampled one of the rollout's turns; null when it has none. */
+  max_policy_version?: number | null;
+  /** The trainer's newest policy version the worker had heard when it shipped the record: what `stale` is judged against. Null when none had been announced. */
+  trainer_version_at_ship?: number | null;
+  /** Shipped over the worker's --max-staleness bound: trainer_version_at_ship - min_policy_version > bound. The trainer drops it, counted (docs/rollout.md). Null only in records written before 2.3. */
+  stale?: boolean | null;
+  /** Set when a segment was longer than the trainer's maximum sequence (what was done, the original length); null otherwise. */
+  over_length?: OverLength | null;
 }
 
 /** Precedes the Arrow IPC frame of one rollout batch. */
@@ -403,6 +454,8 @@ export interface FieldDescriptor {
   readonly name: string;
   readonly nullable: boolean;
   readonly type: FieldType;
+  /** MAJOR.MINOR that added this column (absent: from the start); batches of older MINOR versions lack it and read it as null. */
+  readonly since?: string;
 }
 /** Control messages also hold packed arrays: msgpack bin of little-endian values. */
 export type ArrayElement = "int32" | "float32" | "uint8" | "uint16";
@@ -420,6 +473,9 @@ export interface RecordTypes {
   TurnSpan: TurnSpan;
   Segment: Segment;
   TrajectoryMetrics: TrajectoryMetrics;
+  TokenCounts: TokenCounts;
+  StageSeconds: StageSeconds;
+  OverLength: OverLength;
   Trajectory: Trajectory;
 }
 export type RecordName = keyof RecordTypes;
@@ -474,6 +530,21 @@ export const RECORD_FIELDS: { readonly [R in RecordName]: readonly FieldDescript
     { name: "rolled_back_turns", nullable: false, type: { kind: "scalar", scalar: "int32" } },
     { name: "wall_time_s", nullable: false, type: { kind: "scalar", scalar: "float64" } },
   ],
+  TokenCounts: [
+    { name: "prompt", nullable: false, type: { kind: "scalar", scalar: "int64" } },
+    { name: "completion", nullable: false, type: { kind: "scalar", scalar: "int64" } },
+    { name: "trainable", nullable: false, type: { kind: "scalar", scalar: "int64" } },
+  ],
+  StageSeconds: [
+    { name: "setup", nullable: true, type: { kind: "scalar", scalar: "float64" } },
+    { name: "agent", nullable: true, type: { kind: "scalar", scalar: "float64" } },
+    { name: "grading", nullable: true, type: { kind: "scalar", scalar: "float64" } },
+  ],
+  OverLength: [
+    { name: "action", nullable: false, type: { kind: "enum", values: OVER_LENGTH_ACTION_VALUES } },
+    { name: "tokens", nullable: false, type: { kind: "scalar", scalar: "int32" } },
+    { name: "limit", nullable: false, type: { kind: "scalar", scalar: "int32" } },
+  ],
   Trajectory: [
     { name: "trajectory_id", nullable: false, type: { kind: "scalar", scalar: "string" } },
     { name: "group_id", nullable: false, type: { kind: "scalar", scalar: "string" } },
@@ -486,6 +557,14 @@ export const RECORD_FIELDS: { readonly [R in RecordName]: readonly FieldDescript
     { name: "error", nullable: true, type: { kind: "scalar", scalar: "string" } },
     { name: "metrics", nullable: false, type: { kind: "record", record: "TrajectoryMetrics" } },
     { name: "segments", nullable: false, type: { kind: "records", record: "Segment" } },
+    { name: "tool_call_parse_failures", nullable: true, type: { kind: "scalar", scalar: "int32" }, since: "2.3" },
+    { name: "tokens", nullable: true, type: { kind: "record", record: "TokenCounts" }, since: "2.3" },
+    { name: "stage_seconds", nullable: true, type: { kind: "record", record: "StageSeconds" }, since: "2.3" },
+    { name: "min_policy_version", nullable: true, type: { kind: "scalar", scalar: "int64" }, since: "2.3" },
+    { name: "max_policy_version", nullable: true, type: { kind: "scalar", scalar: "int64" }, since: "2.3" },
+    { name: "trainer_version_at_ship", nullable: true, type: { kind: "scalar", scalar: "int64" }, since: "2.3" },
+    { name: "stale", nullable: true, type: { kind: "scalar", scalar: "bool" }, since: "2.3" },
+    { name: "over_length", nullable: true, type: { kind: "record", record: "OverLength" }, since: "2.3" },
   ],
 };
 
@@ -687,6 +766,48 @@ export function trajectoryMetricsArrowType(routing: RoutingDtype): Struct {
   return new Struct(trajectoryMetricsArrowFields(routing));
 }
 
+/** Arrow fields of TokenCounts, in schema order. */
+export function tokenCountsArrowFields(routing: RoutingDtype): Field[] {
+  void routing;
+  return [
+    new Field("prompt", new Int64(), false),
+    new Field("completion", new Int64(), false),
+    new Field("trainable", new Int64(), false),
+  ];
+}
+
+export function tokenCountsArrowType(routing: RoutingDtype): Struct {
+  return new Struct(tokenCountsArrowFields(routing));
+}
+
+/** Arrow fields of StageSeconds, in schema order. */
+export function stageSecondsArrowFields(routing: RoutingDtype): Field[] {
+  void routing;
+  return [
+    new Field("setup", new Float64(), true),
+    new Field("agent", new Float64(), true),
+    new Field("grading", new Float64(), true),
+  ];
+}
+
+export function stageSecondsArrowType(routing: RoutingDtype): Struct {
+  return new Struct(stageSecondsArrowFields(routing));
+}
+
+/** Arrow fields of OverLength, in schema order. */
+export function overLengthArrowFields(routing: RoutingDtype): Field[] {
+  void routing;
+  return [
+    new Field("action", new Utf8(), false),
+    new Field("tokens", new Int32(), false),
+    new Field("limit", new Int32(), false),
+  ];
+}
+
+export function overLengthArrowType(routing: RoutingDtype): Struct {
+  return new Struct(overLengthArrowFields(routing));
+}
+
 /** Arrow fields of Trajectory, in schema order. */
 export function trajectoryArrowFields(routing: RoutingDtype): Field[] {
   void routing;
@@ -702,6 +823,14 @@ export function trajectoryArrowFields(routing: RoutingDtype): Field[] {
     new Field("error", new Utf8(), true),
     new Field("metrics", trajectoryMetricsArrowType(routing), false),
     new Field("segments", listOf(segmentArrowType(routing)), false),
+    new Field("tool_call_parse_failures", new Int32(), true),
+    new Field("tokens", tokenCountsArrowType(routing), true),
+    new Field("stage_seconds", stageSecondsArrowType(routing), true),
+    new Field("min_policy_version", new Int64(), true),
+    new Field("max_policy_version", new Int64(), true),
+    new Field("trainer_version_at_ship", new Int64(), true),
+    new Field("stale", new Bool(), true),
+    new Field("over_length", overLengthArrowType(routing), true),
   ];
 }
 

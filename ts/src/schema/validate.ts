@@ -6,7 +6,7 @@
  */
 import { RecordShapeError } from "./errors.ts";
 import {
-  FINISH_REASON_VALUES, SEAL_REASON_VALUES, SEGMENT_THREAD_VALUES, TRAJECTORY_STATUS_VALUES, TokenProvenance,
+  FINISH_REASON_VALUES, OVER_LENGTH_ACTION_VALUES, SEAL_REASON_VALUES, SEGMENT_THREAD_VALUES, TRAJECTORY_STATUS_VALUES, TokenProvenance,
   type ArrowRecordName, type RecordTypes, type RoutingArray, type Segment, type Trajectory, type Turn,
 } from "./generated.ts";
 import { routingPerToken, type RoutingShape } from "./routing.ts";
@@ -73,6 +73,28 @@ export function validateSegment(segment: Segment, shape: RoutingShape | null, ow
 function validateTrajectory(trajectory: Trajectory, shape: RoutingShape | null): void {
   checkEnum(trajectory.status, TRAJECTORY_STATUS_VALUES, `trajectory '${trajectory.trajectory_id}'.status`);
   for (const segment of trajectory.segments) validateSegment(segment, shape, trajectory.trajectory_id);
+  validateProvenance(trajectory);
+}
+
+/** The 2.3 version and over-length fields agree with each other (the twin of validate.py's _validate_provenance). */
+function validateProvenance(t: Trajectory): void {
+  const where = `trajectory '${t.trajectory_id}'`;
+  const min = t.min_policy_version ?? null;
+  const max = t.max_policy_version ?? null;
+  if ((min === null) !== (max === null)) throw new RecordShapeError(`${where}: min_policy_version and max_policy_version must both be set or both null`);
+  if (min !== null && max !== null && min > max) throw new RecordShapeError(`${where}: min_policy_version ${min} is above max_policy_version ${max}`);
+  if (t.stale && (min === null || t.trainer_version_at_ship == null)) {
+    throw new RecordShapeError(`${where}: stale is true but min_policy_version or trainer_version_at_ship is null (stale is judged from both)`);
+  }
+  const over = t.over_length;
+  if (!over) return;
+  checkEnum(over.action, OVER_LENGTH_ACTION_VALUES, `${where}.over_length.action`);
+  if (over.limit <= 0 || over.tokens <= over.limit) {
+    throw new RecordShapeError(`${where}: over_length says ${over.tokens} tokens over a limit of ${over.limit}; the original length must exceed a positive limit`);
+  }
+  if (over.action === "dropped" && (t.segments.length > 0 || t.reward !== null)) {
+    throw new RecordShapeError(`${where}: an over-length drop ships no segments and no reward (so nothing trains on it); it holds ${t.segments.length} segment(s), reward ${t.reward}`);
+  }
 }
 
 function validateTurn(turn: Turn, shape: RoutingShape | null): void {

@@ -27,6 +27,8 @@ export interface RolloutSummary {
   flags: string[];
   ms: number;
   envError?: string;
+  /** What the agent's launcher said about the rollout when it finished (a harness's HarnessReport); absent for the oracle and the empty agent. */
+  agentReport?: Record<string, unknown>;
 }
 
 export interface HealthResult {
@@ -88,6 +90,7 @@ export function summarize(o: RolloutOutcome): RolloutSummary {
 export async function runRollout(runner: RolloutRunner, launcher: AgentLauncher, task: Task, def: TaskDefinition, image: string, rolloutId: string): Promise<RolloutSummary> {
   const agent = await launcher.start(task, def, rolloutId);
   let outcome: RolloutOutcome | undefined;
+  let agentReport: Record<string, unknown> | void = undefined;
   try {
     outcome = await runner.run({
       task: def,
@@ -98,10 +101,10 @@ export async function runRollout(runner: RolloutRunner, launcher: AgentLauncher,
       engineFault: agent.engineFault,
       ...(agent.agentTimeoutSec !== undefined ? { agentTimeoutSec: agent.agentTimeoutSec } : {}),
     });
-    return summarize(outcome);
   } finally {
-    if (agent.finish && outcome) await agent.finish(outcome);
+    if (agent.finish && outcome) agentReport = await agent.finish(outcome);
   }
+  return { ...summarize(outcome), ...(agentReport ? { agentReport } : {}) };
 }
 
 const describe = (s: RolloutSummary) => (s.status === "env_error" ? `env_error (${s.envError})` : `${s.status}, reward ${s.reward}`);

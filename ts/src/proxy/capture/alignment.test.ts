@@ -91,6 +91,20 @@ describe("segments stay token-exact when clients re-serialize history", () => {
     expect(records.counters).toMatchObject({ main_turns: 3, tool_calls: 2 });
   });
 
+  it("counts the tool-call blocks that do not parse (they reach the harness as text)", async () => {
+    const { engine, session, proxy } = await setup([
+      { text: "Trying.\n<tool_call>\nnot json\n</tool_call>" },
+      { text: qwen3ToolCall("run", { cmd: "ls", cwd: "/w" }) },
+    ]);
+    const messages: Msg[] = [{ role: "system", content: "Agent." }, { role: "user", content: "What is in /w?" }];
+    const first = await chat(session, messages);
+    expect(first["content"]).toContain("not json");
+    messages.push({ role: "assistant", content: first["content"] }, { role: "user", content: "Use the tool." });
+    await chat(session, messages);
+    const records = expectAligned(proxy.closeSession(session.id), engine);
+    expect(records.counters).toMatchObject({ main_turns: 2, tool_calls: 1, tool_call_parse_failures: 1 });
+  });
+
   it("keeps a reply whose token split is not the tokenizer's own: the next prompt carries the engine's ids, not a re-tokenization", async () => {
     const model = qwen3();
     const text = `Looking first.\n${qwen3ToolCall("run", { cmd: "cat README.md", cwd: "/w" })}`;
@@ -210,7 +224,7 @@ describe("segments stay token-exact when clients re-serialize history", () => {
     const records = expectAligned(proxy.closeSession(session.id), engine);
     expect(records.segments.map((s) => [s.seal_reason, s.turns.length])).toEqual([["finished", 3]]);
     expect(records.audit.map((a) => [a.reason, a.turn.turn_id])).toEqual([["rolled_back", "s/turn-1"]]);
-    expect(records.counters).toEqual({ main_turns: 3, side_thread_turns: 0, tool_calls: 0, rolled_back_turns: 1 });
+    expect(records.counters).toEqual({ main_turns: 3, side_thread_turns: 0, tool_calls: 0, tool_call_parse_failures: 0, rolled_back_turns: 1 });
     expect(qwen3().tokenizer.decode(records.segments[0]!.token_ids)).toContain("second try");
     expect(qwen3().tokenizer.decode(records.segments[0]!.token_ids)).not.toContain("first try");
   });

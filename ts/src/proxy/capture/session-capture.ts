@@ -52,7 +52,7 @@ export interface SessionRecords {
   /** Per segment, in `segments` order. */
   routing_coverage: RoutingCoverage[];
   /** Inputs to TrajectoryMetrics (records.toml) that only the proxy sees. */
-  counters: { main_turns: number; side_thread_turns: number; tool_calls: number; rolled_back_turns: number };
+  counters: { main_turns: number; side_thread_turns: number; tool_calls: number; tool_call_parse_failures: number; rolled_back_turns: number };
 }
 
 export class SessionCapture {
@@ -62,6 +62,8 @@ export class SessionCapture {
   private turnSeq = 0;
   /** Tool calls per committed turn id (a rolled-back turn's calls are not counted). */
   private readonly toolCalls = new Map<string, number>();
+  /** Tool-call blocks that did not parse, per committed turn id (likewise). */
+  private readonly parseFailures = new Map<string, number>();
   private segmentSeq = 0;
   private closed: SessionRecords | null = null;
 
@@ -91,15 +93,20 @@ export class SessionCapture {
     return `thread-${thread.index}`;
   }
 
-  /** `routingRecorded`: per completion token, 0 where the engine reported no routing (see GenerateChunk). */
-  commit(thread: ThreadCapture, plan: PromptPlan, turn: Turn, reply: ChatMessage, routingRecorded: Uint8Array | null = null): void {
+  /**
+   * `routingRecorded`: per completion token, 0 where the engine reported no routing (see GenerateChunk).
+   * `parseFailures`: tool-call blocks of the completion that did not parse (CompletionParser.malformedCalls).
+   */
+  commit(thread: ThreadCapture, plan: PromptPlan, turn: Turn, reply: ChatMessage, routingRecorded: Uint8Array | null = null, parseFailures = 0): void {
     if (this.closed) return;
     const { rolledBack } = thread.commit(plan, turn, reply, this.codec, routingRecorded);
     this.turns.push(turn);
     this.toolCalls.set(turn.turn_id, reply.tool_calls?.length ?? 0);
+    this.parseFailures.set(turn.turn_id, parseFailures);
     if (rolledBack) {
       this.turns.splice(this.turns.indexOf(rolledBack), 1);
       this.toolCalls.delete(rolledBack.turn_id);
+      this.parseFailures.delete(rolledBack.turn_id);
       this.audit.push({ reason: "rolled_back", turn: rolledBack });
       this.listener?.({ session_id: this.sessionId, turn: rolledBack, outcome: "rolled_back" });
     }
@@ -129,7 +136,12 @@ export class SessionCapture {
     const turns = this.turns.map(fix);
     const mainTurns = turns.filter((t) => t.thread_id === "main").length;
     let toolCalls = 0;
-    for (const t of turns) if (t.thread_id === "main") toolCalls += this.toolCalls.get(t.turn_id) ?? 0;
+    let parseFailures = 0;
+    for (const t of turns) {
+      if (t.thread_id !== "main") continue;
+      toolCalls += this.toolCalls.get(t.turn_id) ?? 0;
+      parseFailures += this.parseFailures.get(t.turn_id) ?? 0;
+    }
     this.closed = {
       session_id: this.sessionId,
       turns,
@@ -141,6 +153,7 @@ export class SessionCapture {
         main_turns: mainTurns,
         side_thread_turns: turns.length - mainTurns,
         tool_calls: toolCalls,
+        tool_call_parse_failures: parseFailures,
         rolled_back_turns: this.audit.filter((a) => a.reason === "rolled_back").length,
       },
     };
