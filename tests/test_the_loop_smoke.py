@@ -119,7 +119,7 @@ def test_the_loop_end_to_end_engine_harness_sandbox_trainer_and_back(tmp_path: P
         worker_process = subprocess.Popen(
             [str(LEGO), "rollout", "--tasks", str(_coin_tasks(tmp_path / "tasks")), "--harness", "reference",
              "--engine", engine_address, "--model-dir", str(model), "--max-tokens-per-turn", "16", "--max-turns", "2",
-             "--group-size", str(G), "--concurrency", str(G), "--trainer", receiver_address, "--max-staleness", "1",
+             "--group-size", str(G), "--concurrency", str(G), "--trainer", receiver_address, "--on-policy",
              "--spool-dir", str(tmp_path / "sender"), "--producer-id", "smoke"],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
@@ -158,10 +158,14 @@ def test_the_loop_end_to_end_engine_harness_sandbox_trainer_and_back(tmp_path: P
         # What the rollouts did is in every step's line (the demo's report plots it).
         for s in steps:
             assert s["rollout/reward_mean"] in (0.0, 0.25, 0.5, 0.75, 1.0) and s["rollout/turns_mean"] >= 1, s
+        # On-policy (--on-policy): the second group started only after the trainer's step on the first
+        # was done and published, so no rollout was sampled by older weights than the trainer's.
+        assert all(s["batch/staleness_max"] == 0 for s in steps), [s.get("batch/staleness_max") for s in steps]
         updated = [s for s in steps if s["batch/groups_trained"]]
         for s in updated:
-            # The trainer's recomputed probabilities (routing replayed) against the engine's behaviour probabilities.
-            assert s["mismatch/pearson_prob"] >= 0.99, s
+            # The trainer's recomputed probabilities (routing replayed) against the engine's behaviour
+            # probabilities, on the same weights: what is left is numerics (issue 27 asks >= 0.99; the demo 0.999).
+            assert s["mismatch/pearson_prob"] >= 0.999, s
         served = EngineServerWeightSync(config=EngineServerSyncConfig(address=engine_address)).served_version()
         assert served == final["policy_version"] == len(updated)
         print(json.dumps({"smoke": {"updates": len(updated), "served_version": served,

@@ -84,9 +84,10 @@ def write_report(run_dir: Path) -> Path:
                        {"turns": _column(steps, "rollout/turns_mean"), "tool calls": _column(steps, "rollout/tool_calls_mean")}, "per rollout"),
     }
     fig, ax = plt.subplots(figsize=(4, 3.2), dpi=100)
-    ax.bar(["warm start (before)", "after GSPO"], [before["pass1"], after["pass1"]], color=["#999999", "#3070b0"])
+    ax.bar([f"{'warm start' if run.get('warm_start', True) else 'initial'} (before)", "after GSPO"], [before["pass1"], after["pass1"]],
+           color=["#999999", "#3070b0"])
     ax.set_ylim(0, 1)
-    ax.set_ylabel("held-out pass@1")
+    ax.set_ylabel("held-out pass@1" if run.get("held_out", True) else "pass@1")
     ax.set_title("held-out evaluation, same tasks")
     fig.tight_layout()
     fig.savefig(run_dir / "eval.png")
@@ -94,6 +95,9 @@ def write_report(run_dir: Path) -> Path:
     plots["eval"] = "eval.png"
 
     pearsons = [s["mismatch/pearson_prob"] for s in steps if s.get("mismatch/pearson_prob") is not None]
+    # Older run folders lack these keys; they were the reference harness, warm-started, on held-out tasks.
+    which = "held-out pass@1" if run.get("held_out", True) else "pass@1 (nothing held out)"
+    start = "warm start" if run.get("warm_start", True) else "as initialised"
     lines = [
         f"# lego demo report ({run['started_utc']})",
         "",
@@ -101,12 +105,14 @@ def write_report(run_dir: Path) -> Path:
         "",
         "| | value |",
         "|---|---|",
-        f"| held-out pass@1 before (warm start) | {before['pass1']:.3f} ({len(before['rows'])} rollouts on {len(before['scores'])} tasks) |",
-        f"| held-out pass@1 after GSPO | {after['pass1']:.3f} (same tasks, same sampling settings) |",
+        f"| harness | {run.get('harness', 'reference')} |",
+        f"| {which} before ({start}) | {before['pass1']:.3f} ({len(before['rows'])} rollouts on {len(before['scores'])} tasks) |",
+        f"| {which} after GSPO | {after['pass1']:.3f} (same tasks, same sampling settings) |",
         f"| reward gain | {after['pass1'] - before['pass1']:+.3f} |",
         f"| min rollout/trainer Pearson | {min(pearsons):.6f} over {len(pearsons)} updates |" if pearsons else "| min rollout/trainer Pearson | no update ran |",
         f"| GSPO steps (updates) | {len(steps)} ({sum(1 for s in steps if s.get('batch/groups_trained'))}) |",
         f"| minutes, whole run | {run['minutes']:.1f} |",
+        *([f"| sandbox containers left behind | {run['containers_left']} |"] if "containers_left" in run else []),
         "",
         "## Phases",
         "",

@@ -169,7 +169,8 @@ def train(
 ) -> TrainerPosition:
     """Train on `source` until it ends or `config.max_steps`.
 
-    `announce(version)` runs at start and after every published version, on this thread:
+    `announce(version)` runs at start and after every step (once the new version, if any, is
+    published), on this thread:
     e.g. `ReceiverSource.announce`, which tells rollout workers the trainer's version.
     """
     store = CheckpointStore(root=config.checkpoint_dir)
@@ -198,8 +199,11 @@ def train(
         batch.done()
         if advantages.trajectory_ids:
             policy.publish(position.policy_version)
-            if announce is not None:
-                announce(position.policy_version)
+        if announce is not None:
+            # After every step, an update or not (then the same version again): a rollout worker
+            # running on-policy (`lego rollout --on-policy`) starts its next group only once the
+            # step that consumed its last one is done and its weights are on the engines.
+            announce(position.policy_version)
         metrics["time/step_s"] = time.perf_counter() - started
         if log is not None:
             log.write(json.dumps({"step": position.step, "batch_id": batch.batch_id,

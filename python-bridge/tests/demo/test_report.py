@@ -43,3 +43,17 @@ def test_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "eval-after.json").unlink()
     with pytest.raises(DemoReportError, match="eval-after.json is missing"):
         write_report(tmp_path)
+
+
+def test_another_harness_without_warm_start_or_update_says_so(tmp_path: Path) -> None:
+    _run(tmp_path)
+    run = json.loads((tmp_path / "run.json").read_text())
+    run |= {"harness": "codex", "warm_start": False, "held_out": False, "containers_left": 0, "what": "no update ran"}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    (tmp_path / "steps.jsonl").write_text(json.dumps({"step": 1, "batch/groups_trained": 0.0, "rollout/reward_mean": 0.0}) + "\n")
+    text = write_report(tmp_path).read_text()
+    assert "| harness | codex |" in text
+    assert "| pass@1 (nothing held out) before (as initialised) | 0.250" in text
+    assert "| min rollout/trainer Pearson | no update ran |" in text
+    assert "| GSPO steps (updates) | 1 (0) |" in text
+    assert "| sandbox containers left behind | 0 |" in text

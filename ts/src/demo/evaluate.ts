@@ -17,24 +17,30 @@ const LEGO = join(REPO_ROOT, "ts/bin/lego");
 
 export interface HeldOutEval {
   tasks: string;
+  harness: string;
+  /** `test`: only the source's held-out split; undefined: every task. */
+  split: "test" | undefined;
   k: number;
   maxTokensPerTurn: number;
   maxTurns: number;
   temperature: number;
 }
 
-export const DEFAULT_EVAL: Omit<HeldOutEval, "tasks"> = { k: 2, maxTokensPerTurn: 320, maxTurns: 6, temperature: 1 };
-
-/** pass@1 (mean reward) of `modelDir` on the held-out tasks; the report is also written to `reportPath`. */
-export async function evaluateHeldOut(modelDir: string, cfg: HeldOutEval, reportPath: string): Promise<EvalReport> {
+/**
+ * pass@1 (mean reward) of `modelDir` on the held-out tasks; the report is also written to `reportPath`.
+ * The `lego eval` process's pid is pushed on `pids`, so the caller can check it left no sandbox behind.
+ */
+export async function evaluateHeldOut(modelDir: string, cfg: HeldOutEval, reportPath: string, pids: number[] = []): Promise<EvalReport> {
   const engine = new JsonLineProcess("engine", PYTHON, ["-m", "lego_rl.engine", "--model", modelDir, "--bind", "tcp://127.0.0.1:*"]);
   try {
     const address = (await engine.waitFor((e) => e.type === "listening", 120_000)).address as string;
-    await promisify(execFile)(LEGO, [
-      "eval", "--tasks", cfg.tasks, "--split", "test", "--harness", "reference", "--engine", address, "--model-dir", modelDir,
+    const evaluating = promisify(execFile)(LEGO, [
+      "eval", "--tasks", cfg.tasks, ...(cfg.split ? ["--split", cfg.split] : []), "--harness", cfg.harness, "--engine", address, "--model-dir", modelDir,
       "--k", String(cfg.k), "--max-tokens-per-turn", String(cfg.maxTokensPerTurn), "--max-turns", String(cfg.maxTurns),
       "--temperature", String(cfg.temperature), "--report", reportPath,
     ], { timeout: 1_800_000, maxBuffer: 1 << 26, cwd: REPO_ROOT });
+    if (evaluating.child.pid) pids.push(evaluating.child.pid);
+    await evaluating;
   } finally {
     engine.stop();
   }

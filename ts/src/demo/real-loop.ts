@@ -9,16 +9,22 @@
  * `python -m lego_rl.cluster.train --receive` (GSPO with routing replay on local
  * Ray, pushing each version to the engine), `lego rollout` and `lego eval`. The
  * reward of every rollout is the task's own tests run by the grader in the sandbox.
+ *
+ * `harness` other than `reference` (the second demo mode) runs the same stages in
+ * that harness; the warm start is on the reference harness's format, so a tiny
+ * model there usually scores 0 and no group has the reward variance an update needs.
+ * The report says so (updates: 0) rather than pretending to learn.
  */
-import { spawn, spawnSync } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { createWriteStream, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { REPO_ROOT } from "../repo-root.ts";
-import type { EvalReport } from "../tasks/index.ts";
+import { defaultTasksConfig, openTaskSource, type EvalReport } from "../tasks/index.ts";
+import { assetsBuilt, DEFAULT_ASSETS_DIR, TokenText, UiServer } from "../ui/index.ts";
 import { JsonLineProcess, PYTHON } from "../json-line-process.ts";
 import { evaluateHeldOut, type HeldOutEval } from "./evaluate.ts";
-import { DEMO_TASKS, EVAL_TASKS, defaultCacheRoot, ensureDemonstrations, warmStart, type SftSummary } from "./warm-start.ts";
+import { DEMO_TASKS, EVAL_TASKS, baseModel, defaultCacheRoot, ensureDemonstrations, warmStart, type SftSummary } from "./warm-start.ts";
 
 const LEGO = join(REPO_ROOT, "ts/bin/lego");
 
@@ -31,11 +37,23 @@ export interface RealLoopOptions {
   sftSteps: number;
   sftLr: number;
   sftBatch: number;
+  /** Seed of the tiny model's initialisation and of the warm start's demonstration order. */
+  seed: number;
   /** GSPO learning rate. */
   lr: number;
+  /** The harness of the GSPO rollouts and of both evaluations. */
+  harness: string;
+  /** Task source of the demonstrations (the warm start). */
   demoTasks: string;
+  /** Task source of the GSPO rollouts: its first `steps` tasks, one group each. */
+  tasks: string;
+  /** Task source of the evaluations: its `test` split when it has one (held out), else every task. */
   evalTasks: string;
-  eval: Omit<HeldOutEval, "tasks">;
+  eval: Omit<HeldOutEval, "tasks" | "harness" | "split">;
+  /** Serve the Live UI over the run folder while the run lasts (its address is printed). */
+  ui: boolean;
+  /** Bound of the GSPO stage (rollout worker + trainer), ms: past it the run stops with an error, never hangs. */
+  gspoBoundMs: number;
   log: (line: string) => void;
 }
 
@@ -47,18 +65,45 @@ export const DEFAULT_LOOP: Omit<RealLoopOptions, "workDir" | "log"> = {
   sftSteps: 150,
   sftLr: 1e-2,
   sftBatch: 2,
+  seed: 0,
   lr: 1e-3,
+  harness: "reference",
   demoTasks: DEMO_TASKS,
+  tasks: DEMO_TASKS,
   evalTasks: EVAL_TASKS,
   eval: { k: 4, maxTokensPerTurn: 96, maxTurns: 3, temperature: 1 },
+  ui: true,
+  gspoBoundMs: 3_600_000,
+};
+
+/**
+ * `lego demo --harness H` for H other than `reference`: the same stages in H. The warm start is
+ * on the reference harness's demonstrations, so in another harness (another system prompt, tool
+ * set and call format) the tiny model is expected to score 0 in every rollout, and a group whose
+ * rewards are all equal gives GSPO nothing to update: the run shows the loop working in H and
+ * reports that honestly, it does not show learning. A rollout there can also take the sandbox's
+ * whole wall clock (OpenCode retries a cut-off reply until then, docs/harnesses.md), so the
+ * defaults are short: 2 groups of 4, one sample per held-out task.
+ */
+export const HARNESS_LOOP: Omit<RealLoopOptions, "workDir" | "log" | "harness"> = {
+  ...DEFAULT_LOOP,
+  steps: 2,
+  groupSize: 4,
+  concurrency: 2,
+  eval: { ...DEFAULT_LOOP.eval, k: 1 },
 };
 
 export interface DemoSummary {
   bench: "demo";
+  harness: string;
   reward_before: number;
   reward_after: number;
   reward_gain: number;
   min_pearson: number | null;
+  /** GSPO steps that updated the weights (a group with identical rewards updates nothing). */
+  updates: number;
+  /** Sandbox containers the run's processes left behind (0 unless a sandbox leaked). */
+  containers_left: number;
   minutes: number;
   report: string;
 }
@@ -89,6 +134,11 @@ function stepLine(s: StepLine): string {
     `tool calls ${f(s["rollout/tool_calls_mean"], 1)}  ${s["batch/groups_trained"] ? "" : "(identical rewards: no update) "}${s["time/step_s"].toFixed(1)} s`;
 }
 
+/** Sandbox containers still there that process `pid` created (every sandbox carries its creator's pid label). */
+export function containersOf(pid: number): string[] {
+  return execFileSync("docker", ["ps", "-aq", "--filter", `label=lego-rl.pid=${pid}`], { encoding: "utf8", timeout: 60_000 }).split("\n").filter(Boolean);
+}
+
 /** A child process whose output goes to files; resolves with its exit code. */
 function spawnLogged(command: string, args: string[], out: string, err: string, onErrLine?: (l: string) => void, onOutLine?: (l: string) => void) {
   const proc = spawn(command, args, { cwd: REPO_ROOT, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, RAY_AUTH_MODE: "disabled" }, detached: true });
@@ -104,8 +154,15 @@ function spawnLogged(command: string, args: string[], out: string, err: string, 
   return { proc, exited, stop };
 }
 
+/** Resolves with `p`, or rejects with a DemoError saying `what` once `ms` have passed. */
+function bounded<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new DemoError(`${what} did not end within ${Math.round(ms / 1000)} s`)), ms); });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}
+
 /** GSPO on the training tasks: engine + Ray trainer receiving + one rollout worker; returns the final model directory. */
-async function rl(opts: RealLoopOptions, model: string, run: string): Promise<{ finalModel: string; steps: StepLine[] }> {
+async function rl(opts: RealLoopOptions, model: string, run: string, pids: number[]): Promise<{ finalModel: string; steps: StepLine[] }> {
   const engine = new JsonLineProcess("engine", PYTHON, ["-m", "lego_rl.engine", "--model", model, "--bind", "tcp://127.0.0.1:*"]);
   let trainer: ReturnType<typeof spawnLogged> | undefined;
   let worker: ReturnType<typeof spawnLogged> | undefined;
@@ -116,12 +173,13 @@ async function rl(opts: RealLoopOptions, model: string, run: string): Promise<{ 
     const receiving = new Promise<string>((resolve) => { announce = resolve; });
     trainer = spawnLogged(PYTHON, [
       "-m", "lego_rl.cluster.train", "--model", model, "--checkpoints", join(run, "checkpoints"),
-      "--receive", "tcp://127.0.0.1:*", "--receiver-spool", join(run, "receiver"), "--max-steps", String(opts.steps),
+      // The receiver's spool is under spool/, where the Live UI and `lego mcp` read a run's batches.
+      "--receive", "tcp://127.0.0.1:*", "--receiver-spool", join(run, "spool", "receiver"), "--max-steps", String(opts.steps),
       "--weights-dir", join(run, "weights"), "--sync-engine", engineAddress, "--log", stepsLog, "--lr", String(opts.lr),
     ], join(run, "trainer.out"), join(run, "trainer.err"), (l) => { if (l.startsWith("trainer: receiving on ")) announce(l.split(" ").at(-1)!); });
     const trainerGone = trainer.exited.then((code) => { throw new DemoError(`the trainer exited (${code}) early; see ${join(run, "trainer.err")}`); });
-    const receiverAddress = await Promise.race([receiving, trainerGone]);
-    opts.log(`GSPO: engine ${engineAddress}, trainer receiving on ${receiverAddress}; ${opts.steps} groups of ${opts.groupSize} rollouts`);
+    const receiverAddress = await bounded(Promise.race([receiving, trainerGone]), 300_000, "the trainer's start");
+    opts.log(`GSPO: engine ${engineAddress}, trainer receiving on ${receiverAddress}; ${opts.steps} groups of ${opts.groupSize} rollouts (${opts.harness} harness)`);
     let shown = 0;
     const showSteps = () => {
       const all = readSteps(stepsLog);
@@ -129,16 +187,23 @@ async function rl(opts: RealLoopOptions, model: string, run: string): Promise<{ 
       shown = all.length;
     };
     worker = spawnLogged(LEGO, [
-      "rollout", "--tasks", opts.demoTasks, "--limit", String(opts.steps), "--harness", "reference", "--engine", engineAddress, "--model-dir", model,
+      "rollout", "--tasks", opts.tasks, "--limit", String(opts.steps), "--harness", opts.harness, "--engine", engineAddress, "--model-dir", model,
       "--temperature", String(opts.eval.temperature), "--max-tokens-per-turn", String(opts.eval.maxTokensPerTurn), "--max-turns", String(opts.eval.maxTurns),
-      "--group-size", String(opts.groupSize), "--concurrency", String(opts.concurrency), "--trainer", receiverAddress, "--max-staleness", "1",
+      "--group-size", String(opts.groupSize), "--concurrency", String(opts.concurrency), "--trainer", receiverAddress,
+      // On-policy: each group samples with the weights the trainer then updates. With groups overlapping
+      // (--max-staleness 1), measured: 50-75 % of a step's rollouts were sampled by the previous version,
+      // Pearson fell to 0.993 from that policy lag alone, and GSPO's 3e-4 clip cut 42-66 % of the tokens.
+      "--on-policy",
       "--spool-dir", join(run, "sender"), "--producer-id", "demo",
     ], join(run, "rollout.out"), join(run, "rollout.err"), undefined, (l) => {
       if (l.includes('"group_shipped"')) showSteps();
     });
-    const workerCode = await worker.exited;
+    if (worker.proc.pid) pids.push(worker.proc.pid);
+    const started = Date.now();
+    const workerCode = await bounded(worker.exited, opts.gspoBoundMs, "the rollout worker");
     if (workerCode !== 0) throw new DemoError(`the rollout worker exited with ${workerCode}; see ${join(run, "rollout.err")}`);
-    const trainerCode = await Promise.race([trainer.exited, new Promise<number>((r) => setTimeout(() => r(-1), 600_000))]);
+    const left = Math.max(60_000, opts.gspoBoundMs - (Date.now() - started));
+    const trainerCode = await bounded(trainer.exited, Math.min(left, 600_000), "the trainer, after the last group was shipped");
     if (trainerCode !== 0) throw new DemoError(`the trainer exited with ${trainerCode}; see ${join(run, "trainer.err")}`);
     showSteps();
   } finally {
@@ -157,42 +222,100 @@ function phase<T>(seconds: Record<string, number>, name: string, f: () => Promis
   return f().finally(() => { seconds[name] = (Date.now() - t0) / 1000; });
 }
 
-const describeEval = (r: EvalReport) => `pass@1 ${r.pass1.toFixed(3)} on ${r.scores.length} held-out tasks x ${r.k} samples (${JSON.stringify(r.statuses)})`;
+const describeEval = (r: EvalReport, heldOut: boolean) =>
+  `pass@1 ${r.pass1.toFixed(3)} on ${r.scores.length} ${heldOut ? "held-out " : ""}tasks x ${r.k} samples (${JSON.stringify(r.statuses)})`;
+
+/** The Live UI over the run folder, in this process; stopped at the end of the run. */
+async function startUi(run: string, modelDir: string, log: (l: string) => void): Promise<UiServer | undefined> {
+  if (!assetsBuilt(DEFAULT_ASSETS_DIR)) {
+    // Building the page takes a minute of CPU the run needs; scripts/setup builds it.
+    log(`Live UI: the page is not built (scripts/setup builds it); afterwards: ts/bin/lego ui --run-dir ${run} --model-dir ${modelDir}`);
+    return undefined;
+  }
+  // Port 0: any free port, so two demos (or a demo and a `lego ui`) never collide; the URL says which.
+  const server = new UiServer({ runDir: run, host: "127.0.0.1", port: 0, assetsDir: DEFAULT_ASSETS_DIR, pollMs: 1000, text: TokenText.fromModelDir(modelDir) });
+  log(`Live UI (open while the run lasts): ${await server.listen()}`);
+  return server;
+}
+
+/**
+ * Opens both task sources before anything runs (a bad source is a clear error, not a failure
+ * minutes in); says whether the evaluation source has a `test` split: then only it is evaluated
+ * (held out), else every task.
+ */
+async function checkSources(opts: RealLoopOptions): Promise<{ heldOut: boolean }> {
+  const open = async (flag: string, source: string) => {
+    try {
+      const set = await openTaskSource(source, defaultTasksConfig());
+      if (!set.tasks.length) throw new Error("it holds no task");
+      return set.tasks;
+    } catch (error) {
+      throw new DemoError(`${flag} ${source}: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  };
+  await open("--tasks", opts.tasks);
+  const evalTasks = await open("--eval-tasks", opts.evalTasks);
+  return { heldOut: evalTasks.some((t) => t.split === "test") };
+}
 
 export async function runRealLoop(opts: RealLoopOptions): Promise<DemoSummary> {
   const started = Date.now();
   const run = opts.workDir;
-  for (const d of ["checkpoints", "receiver", "weights", "sender", "steps.jsonl"]) rmSync(join(run, d), { recursive: true, force: true });
-  mkdirSync(run, { recursive: true });
+  for (const d of ["checkpoints", "receiver", "spool", "weights", "sender", "steps.jsonl"]) rmSync(join(run, d), { recursive: true, force: true });
+  mkdirSync(join(run, "spool"), { recursive: true });
   const seconds: Record<string, number> = {};
-  opts.log(`lego demo: the whole loop (reference harness in Docker sandboxes -> proxy -> Python engine -> GSPO on Ray -> weights back); run folder ${run}`);
-  const demos = await phase(seconds, "demonstrations", () => ensureDemonstrations({ cacheRoot: defaultCacheRoot(), tasks: opts.demoTasks, log: opts.log }));
-  opts.log(`demonstrations: ${demos.manifest.trajectories} (${demos.manifest.harness}, ${demos.manifest.tasks}) in ${demos.dir}`);
-  const sft: SftSummary = await phase(seconds, "warm start", async () =>
-    warmStart({ workDir: run, demonstrations: demos.dir, steps: opts.sftSteps, lr: opts.sftLr, batch: opts.sftBatch }));
-  opts.log(`warm start: ${sft.steps} SFT steps, loss ${sft.loss_first.toFixed(3)} -> ${sft.loss_last.toFixed(3)}, ${sft.seconds.toFixed(0)} s`);
-  const evalCfg = { ...opts.eval, tasks: opts.evalTasks };
-  const before = await phase(seconds, "eval before", () => evaluateHeldOut(sft.model_dir, evalCfg, join(run, "eval-before.json")));
-  opts.log(`held-out before: ${describeEval(before)}`);
-  const trained = await phase(seconds, "GSPO", () => rl(opts, sft.model_dir, run));
-  const after = await phase(seconds, "eval after", () => evaluateHeldOut(trained.finalModel, evalCfg, join(run, "eval-after.json")));
-  opts.log(`held-out after: ${describeEval(after)} (model ${trained.finalModel})`);
-  const pearsons = trained.steps.map((s) => s["mismatch/pearson_prob"]).filter((p): p is number => p !== undefined);
-  const minutes = (Date.now() - started) / 60_000;
-  const settings = { ...opts, log: undefined, sft: { steps: sft.steps, loss_first: sft.loss_first, loss_last: sft.loss_last } };
-  writeFileSync(join(run, "run.json"), `${JSON.stringify({
-    started_utc: new Date(started).toISOString(), minutes, phase_seconds: seconds, settings,
-    reward_before: before.pass1, reward_after: after.pass1, min_pearson: pearsons.length ? Math.min(...pearsons) : null,
-    what: "Reference harness in Docker sandboxes, through the proxy, the tiny MoE policy (Qwen3 vocabulary) in the Python engine, " +
-      "GSPO with routing replay on local Ray pushing every version back to the engine. Tasks: the `easy` family's `comparison` " +
-      "template (docs/demo.md says what that shows and what it does not). Held-out pass@1 is the real grader's reward on test-split " +
-      "tasks of a seed no training task came from, before and after GSPO, same tasks and sampling settings.",
-  }, null, 1)}\n`);
-  const report = spawnSyncReport(run);
-  return {
-    bench: "demo", reward_before: before.pass1, reward_after: after.pass1, reward_gain: after.pass1 - before.pass1,
-    min_pearson: pearsons.length ? Math.min(...pearsons) : null, minutes, report,
-  };
+  const pids: number[] = [];
+  opts.log(`lego demo: the whole loop (${opts.harness} harness in Docker sandboxes -> proxy -> Python engine -> GSPO on Ray -> weights back); run folder ${run}`);
+  const { heldOut } = await checkSources(opts);
+  let startModel: string;
+  let sft: SftSummary | undefined;
+  if (opts.sftSteps > 0) {
+    const demos = await phase(seconds, "demonstrations", () => ensureDemonstrations({ cacheRoot: defaultCacheRoot(), tasks: opts.demoTasks, log: opts.log }));
+    opts.log(`demonstrations: ${demos.manifest.trajectories} (${demos.manifest.harness}, ${demos.manifest.tasks}) in ${demos.dir}`);
+    sft = await phase(seconds, "warm start", async () =>
+      warmStart({ workDir: run, demonstrations: demos.dir, steps: opts.sftSteps, lr: opts.sftLr, batch: opts.sftBatch, seed: opts.seed }));
+    opts.log(`warm start: ${sft.steps} SFT steps, loss ${sft.loss_first.toFixed(3)} -> ${sft.loss_last.toFixed(3)}, ${sft.seconds.toFixed(0)} s`);
+    startModel = sft.model_dir;
+  } else {
+    startModel = baseModel(run, opts.seed);
+    opts.log(`no warm start (--sft-steps 0): the tiny model as initialised (seed ${opts.seed}), ${startModel}`);
+  }
+  const ui = opts.ui ? await startUi(run, startModel, opts.log) : undefined;
+  try {
+    const evalCfg: HeldOutEval = { ...opts.eval, tasks: opts.evalTasks, harness: opts.harness, split: heldOut ? "test" : undefined };
+    const before = await phase(seconds, "eval before", () => evaluateHeldOut(startModel, evalCfg, join(run, "eval-before.json"), pids));
+    opts.log(`${heldOut ? "held-out " : ""}before: ${describeEval(before, heldOut)}`);
+    const trained = await phase(seconds, "GSPO", () => rl(opts, startModel, run, pids));
+    const after = await phase(seconds, "eval after", () => evaluateHeldOut(trained.finalModel, evalCfg, join(run, "eval-after.json"), pids));
+    opts.log(`${heldOut ? "held-out " : ""}after: ${describeEval(after, heldOut)} (model ${trained.finalModel})`);
+    const pearsons = trained.steps.map((s) => s["mismatch/pearson_prob"]).filter((p): p is number => p !== undefined);
+    const updates = trained.steps.filter((s) => s["batch/groups_trained"]).length;
+    const left = pids.flatMap((pid) => containersOf(pid));
+    if (left.length) opts.log(`sandbox containers left behind by the run's processes (${pids.join(", ")}): ${left.join(" ")}`);
+    const minutes = (Date.now() - started) / 60_000;
+    const settings = { ...opts, log: undefined, sft: sft && { steps: sft.steps, loss_first: sft.loss_first, loss_last: sft.loss_last } };
+    writeFileSync(join(run, "run.json"), `${JSON.stringify({
+      started_utc: new Date(started).toISOString(), minutes, phase_seconds: seconds, settings, harness: opts.harness, held_out: heldOut,
+      warm_start: sft !== undefined, reward_before: before.pass1, reward_after: after.pass1,
+      min_pearson: pearsons.length ? Math.min(...pearsons) : null, updates, containers_left: left.length, processes: pids,
+      what: `The ${opts.harness} harness in Docker sandboxes, through the proxy, the tiny MoE policy (Qwen3 vocabulary) in the Python engine, ` +
+        "GSPO with routing replay on local Ray pushing every version back to the engine. " +
+        (opts.harness === "reference" && opts.evalTasks === EVAL_TASKS
+          ? "Tasks: the `easy` family's `comparison` template (docs/demo.md says what that shows and what it does not). "
+          : `Training tasks ${opts.tasks}, evaluation tasks ${opts.evalTasks}. `) +
+        (heldOut ? "Held-out pass@1 is the real grader's reward on the evaluation source's test split, " : "pass@1 is the real grader's reward on every evaluation task (the source has no test split, so nothing is held out), ") +
+        "before and after GSPO, same tasks and sampling settings." +
+        (updates === 0 ? " No GSPO step updated the weights: every group's rewards were identical, so there was no learning signal and the policy after is the policy before." : ""),
+    }, null, 1)}\n`);
+    const report = spawnSyncReport(run);
+    if (ui) opts.log(`Live UI stopped with the run; to look again: ts/bin/lego ui --run-dir ${run} --model-dir ${startModel}`);
+    return {
+      bench: "demo", harness: opts.harness, reward_before: before.pass1, reward_after: after.pass1, reward_gain: after.pass1 - before.pass1,
+      min_pearson: pearsons.length ? Math.min(...pearsons) : null, updates, containers_left: left.length, minutes, report,
+    };
+  } finally {
+    await ui?.close();
+  }
 }
 
 function spawnSyncReport(run: string): string {

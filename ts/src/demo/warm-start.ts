@@ -94,12 +94,19 @@ function python(args: string[], what: string): string {
   return r.stdout;
 }
 
+/** The tiny randomly initialised MoE with the Qwen3 vocabulary in workDir, built if absent; returns its directory. */
+export function baseModel(workDir: string, seed = 0): string {
+  // One folder per seed: a run folder reused with another --seed must not start from the old seed's weights.
+  const base = join(workDir, `tiny-qwen3-seed${seed}`);
+  if (!existsSync(join(base, "config.json"))) {
+    python(["-m", "lego_rl.model.tiny", "--out", base, "--tokenizer", "qwen3", "--seed", String(seed)], "building the tiny model");
+  }
+  return base;
+}
+
 /** The tiny randomly initialised MoE with the Qwen3 vocabulary, then SFT on the demonstrations into workDir/warm-start. */
 export function warmStart(opts: { workDir: string; demonstrations: string; steps: number; lr?: number; batch?: number; seed?: number }): SftSummary {
-  const base = join(opts.workDir, "tiny-qwen3");
-  if (!existsSync(join(base, "config.json"))) {
-    python(["-m", "lego_rl.model.tiny", "--out", base, "--tokenizer", "qwen3", "--seed", String(opts.seed ?? 0)], "building the tiny model");
-  }
+  const base = baseModel(opts.workDir, opts.seed ?? 0);
   const out = join(opts.workDir, "warm-start");
   rmSync(out, { recursive: true, force: true });
   const stdout = python(["-m", "lego_rl.trainer.sft", "--spool", join(opts.demonstrations, "rx"), "--model-dir", base, "--out", out,

@@ -109,7 +109,7 @@ export async function runRollout(
   try {
     result = await runWorkerLoop(tasks, { runner, launcher, sink: sender, events, journal, ...(hosts ? { hosts } : {}) }, {
       groupSize: cfg.groupSize, concurrency: cfg.concurrency, maxAttempts: cfg.maxAttempts, runId, routing: launcher.routing ?? null,
-      staleness: { maxStaleness: cfg.maxStaleness }, lengthPolicy: { maxSequenceTokens: cfg.maxSequenceTokens, overLength: cfg.overLength }, samplingVersion: launcher.samplingVersion?.bind(launcher), log: (l) => err(`${l}\n`),
+      staleness: { maxStaleness: cfg.maxStaleness }, onPolicy: cfg.onPolicy ? { waitMs: cfg.drainTimeoutMs } : undefined, lengthPolicy: { maxSequenceTokens: cfg.maxSequenceTokens, overLength: cfg.overLength }, samplingVersion: launcher.samplingVersion?.bind(launcher), log: (l) => err(`${l}\n`),
       ...(stop ? { stop } : {}),
     });
     if (!stop?.aborted) {
@@ -158,6 +158,7 @@ export const rolloutCommand: LegoCommand = {
       .option("concurrency", { type: "number", describe: "rollouts in flight (default 4)" })
       .option("trainer", { type: "string", describe: "the trainer's receiver, tcp://HOST:PORT" })
       .option("max-staleness", { type: "number", describe: "pause new groups while the trainer is more than K versions ahead" })
+      .option("on-policy", { type: "boolean", describe: "one group at a time, each after the trainer's step on the last one is done and published (every token sampled by the weights it trains)" })
       .option("max-attempts", { type: "number", describe: "attempts per rollout while env_error (default 3)" })
       .option("warm-pool", { type: "number", describe: "warm containers per image and stage (default 0)" })
       .option("spool-dir", { type: "string", describe: "the sender's durable spool" })
@@ -200,7 +201,7 @@ function configFrom(a: Record<string, any>): WorkerConfig {
   const file = a.config ? readWorkerConfigFile(a.config as string) : {};
   return buildWorkerConfig(file, {
     tasks: a.tasks, harness: a.harness, engine: a.engine, modelDir: a["model-dir"], temperature: a.temperature, maxTokensPerTurn: a["max-tokens-per-turn"], engineWaitMs: a["engine-wait-ms"], maxTurns: a["max-turns"], groupSize: a["group-size"], concurrency: a.concurrency, trainer: a.trainer,
-    maxStaleness: a["max-staleness"], maxAttempts: a["max-attempts"], warmPool: a["warm-pool"], spoolDir: a["spool-dir"], producerId: a["producer-id"], limit: a.limit, dockerHosts: a["docker-host"], cpuOversubscription: a["cpu-oversubscription"],
+    maxStaleness: a["max-staleness"], onPolicy: a["on-policy"], maxAttempts: a["max-attempts"], warmPool: a["warm-pool"], spoolDir: a["spool-dir"], producerId: a["producer-id"], limit: a.limit, dockerHosts: a["docker-host"], cpuOversubscription: a["cpu-oversubscription"],
     maxSequenceTokens: a["max-sequence-tokens"], overLength: a["over-length"],
   } as Partial<WorkerConfig>);
 }

@@ -38,6 +38,13 @@ export interface WorkerConfig {
   trainer: string;
   /** Pause new groups while the trainer is more than this many versions ahead; null = unbounded. */
   maxStaleness: number | null;
+  /**
+   * One group at a time, each started only once the trainer has finished the step that consumed
+   * the previous one and published its weights (Sender.waitUntilTrained, at most drainTimeoutMs
+   * per step): every token is sampled by the weights the trainer then updates, so rollout and
+   * trainer probabilities measure fidelity alone, not policy lag. Off: groups overlap (faster).
+   */
+  onPolicy: boolean;
   /** Attempts per rollout while it ends in env_error; then the group ships without it. */
   maxAttempts: number;
   /** Warm containers per image and stage. */
@@ -78,6 +85,7 @@ export const DEFAULT_WORKER_CONFIG: Omit<WorkerConfig, "tasks" | "harness" | "tr
   groupSize: 4,
   concurrency: 4,
   maxStaleness: null,
+  onPolicy: false,
   maxAttempts: 3,
   warmPool: 0,
   spoolDir: ".lego-rl/rollout-spool",
@@ -96,7 +104,7 @@ export class WorkerConfigError extends Error {
 }
 
 /** TOML key → field, with the value's kind. */
-const FIELDS: Record<string, { key: keyof WorkerConfig; kind: "string" | "int" | "int?" | "string?" | "number" | "string[]" | "mix" }> = {
+const FIELDS: Record<string, { key: keyof WorkerConfig; kind: "string" | "int" | "int?" | "string?" | "number" | "bool" | "string[]" | "mix" }> = {
   tasks: { key: "tasks", kind: "string" },
   harness: { key: "harness", kind: "mix" },
   engine: { key: "engine", kind: "string?" },
@@ -109,6 +117,7 @@ const FIELDS: Record<string, { key: keyof WorkerConfig; kind: "string" | "int" |
   concurrency: { key: "concurrency", kind: "int" },
   trainer: { key: "trainer", kind: "string" },
   max_staleness: { key: "maxStaleness", kind: "int?" },
+  on_policy: { key: "onPolicy", kind: "bool" },
   max_attempts: { key: "maxAttempts", kind: "int" },
   warm_pool: { key: "warmPool", kind: "int" },
   spool_dir: { key: "spoolDir", kind: "string" },
@@ -143,9 +152,9 @@ export function readWorkerConfigFile(file: string): Partial<WorkerConfig> {
       }
       continue;
     }
-    const ok = f.kind === "number" ? typeof v === "number" : f.kind.startsWith("int") ? Number.isInteger(v)
+    const ok = f.kind === "number" ? typeof v === "number" : f.kind === "bool" ? typeof v === "boolean" : f.kind.startsWith("int") ? Number.isInteger(v)
       : f.kind === "string[]" ? Array.isArray(v) && v.every((x) => typeof x === "string") : typeof v === "string";
-    const want = f.kind === "number" ? "a number" : f.kind.startsWith("int") ? "an integer" : f.kind === "string[]" ? "a list of strings" : "a string";
+    const want = f.kind === "number" ? "a number" : f.kind === "bool" ? "true or false" : f.kind.startsWith("int") ? "an integer" : f.kind === "string[]" ? "a list of strings" : "a string";
     if (!ok) throw new WorkerConfigError(`${file}: ${k} must be ${want}, got ${JSON.stringify(v)}`);
     out[f.key] = v;
   }

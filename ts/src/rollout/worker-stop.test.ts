@@ -22,10 +22,10 @@ import { receivedRows, startReceiver } from "./test-support.ts";
 const LEGO = resolve(import.meta.dirname, "../../bin/lego");
 const work = mkdtempSync(join(tmpdir(), "lego-rollout-worker-stop-"));
 
-function startWorker(trainer: string) {
+function startWorker(trainer: string, extra: string[] = [], spool = "tx") {
   const proc = spawn(LEGO, [
     "rollout", "--tasks", "easy:seed=37,count=4", "--harness", "oracle", "--group-size", "2", "--concurrency", "2",
-    "--trainer", trainer, "--spool-dir", join(work, "tx"), "--producer-id", "stop",
+    "--trainer", trainer, "--spool-dir", join(work, spool), "--producer-id", spool, ...extra,
   ], { stdio: ["ignore", "pipe", "inherit"] });
   const lines: Record<string, unknown>[] = [];
   const listeners: (() => void)[] = [];
@@ -88,5 +88,23 @@ describe("worker stop", () => {
     expect(rows).toHaveLength(8);
     expect(new Set(rows.map((r) => r.group_id)).size).toBe(4);
     expect(rows.every((r) => r.status === "ok" && r.reward === 1)).toBe(true);
+  });
+
+  it("SIGTERM ends an --on-policy worker waiting for a trainer step that will not come", { timeout: 300_000 }, async () => {
+    // The plain receiver acks but never trains, so no version is announced after the first group:
+    // the worker waits for the step (as it would on a trainer that stopped at --max-steps) until the signal.
+    const worker = startWorker(address, ["--on-policy"], "on-policy");
+    await Promise.race([
+      new Promise<void>((r) => worker.onLine(() => { if (worker.lines.some((l) => l.event === "group_shipped")) r(); })),
+      new Promise<never>((_, j) => setTimeout(() => j(new Error("no group shipped within 120 s")), 120_000)),
+    ]);
+    await new Promise((r) => setTimeout(r, 3000));
+    expect(worker.lines.filter((l) => l.event === "rollout_started")).toHaveLength(2); // the next group waits
+    const signalled = Date.now();
+    worker.proc.kill("SIGTERM");
+    expect(await worker.exited).toBe(143);
+    expect(Date.now() - signalled).toBeLessThan(30_000);
+    expect(worker.lines.at(-1)).toMatchObject({ event: "summary", stopped: true, result: { groupsShipped: 1, stopped: true } });
+    expect(await containersOf(worker.proc.pid!)).toEqual([]);
   });
 });

@@ -31,6 +31,8 @@ export interface TrajectorySink {
   send(trajectories: readonly Trajectory[], routing: RoutingShape | null): Promise<unknown>;
   readonly policyVersion: { version: number } | null;
   waitForPolicyVersion(minVersion: number, timeoutMs?: number): Promise<{ version: number }>;
+  /** The Sender's: resolves once the batches are acked and the trainer's step on them is done (Sender.waitUntilTrained). */
+  waitUntilTrained?(batchIds: readonly string[], timeoutMs?: number): Promise<void>;
 }
 
 export interface WorkerLoopOptions {
@@ -42,6 +44,11 @@ export interface WorkerLoopOptions {
   runId: string;
   routing: RoutingShape | null;
   staleness: StalenessBound;
+  /**
+   * Set: one group at a time, the next starting only after the trainer's step on the last one
+   * (at most `waitMs` each), so no token is sampled by weights older than the trainer's.
+   */
+  onPolicy?: { waitMs: number };
   /** The version of the weights new rollouts sample with (from the engine); 0 when none is known. */
   samplingVersion?: () => number;
   log?: (line: string) => void;
@@ -74,6 +81,16 @@ class WorkerStopped extends Error {
   }
 }
 
+/** `p`, or nothing once `stop` aborts (then a later rejection of `p` is ignored: nobody waits on it). */
+function untilStopped(p: Promise<void>, stop: AbortSignal | undefined): Promise<void> {
+  if (!stop) return p;
+  p.catch(() => undefined);
+  if (stop.aborted) return Promise.resolve();
+  let onAbort!: () => void;
+  const aborted = new Promise<void>((resolve) => { onAbort = resolve; stop.addEventListener("abort", onAbort, { once: true }); });
+  return Promise.race([p, aborted]).finally(() => stop.removeEventListener("abort", onAbort));
+}
+
 const NO_SESSION: SessionRecords = { segments: [], toolCalls: 0, toolCallParseFailures: 0, rereadsAfterEdit: 0, rolledBackTurns: 0 };
 
 /** A rollout's final attempt, all buildTrajectory needs but what the worker knows at ship time. */
@@ -86,6 +103,7 @@ export async function runWorkerLoop(
   opts: WorkerLoopOptions,
 ): Promise<WorkerResult> {
   const { runner, launcher, sink, events } = deps;
+  if (opts.onPolicy && !sink.waitUntilTrained) throw new Error("on-policy rollouts need a sink that knows when the trainer's step is done (the data plane's Sender)");
   const log = opts.log ?? (() => {});
   const backoffMs = opts.retryBackoffMs ?? DEFAULT_RETRY_BACKOFF_MS;
   const limit = new ConcurrencyLimit(opts.concurrency);
@@ -206,6 +224,7 @@ export async function runWorkerLoop(
     const graded = all.filter((r) => r.outcome.status !== "env_error");
     const dropped = all.length - graded.length;
     let records: Trajectory[] = [];
+    let shipped: unknown;
     const send = async () => {
       // Built as the group's turn to ship comes (shipping is serialized), so `stale` is judged
       // against the newest version the trainer had announced when the batch went out.
@@ -215,7 +234,7 @@ export async function runWorkerLoop(
         if (t.over_length) events.emit({ kind: "over_length", groupId, trajectoryId: t.trajectory_id, ...t.over_length, reason: overLengthReason(t.over_length) });
         if (t.stale) events.emit({ kind: "over_staleness_bound", groupId, trajectoryId: t.trajectory_id, oldestVersion: t.min_policy_version!, trainerVersion: t.trainer_version_at_ship!, maxStaleness: opts.staleness.maxStaleness! });
       }
-      if (records.length) await sink.send(records, opts.routing);
+      if (records.length) shipped = await sink.send(records, opts.routing);
     };
     // Every graded rollout ships as one record (an over-length drop as one without segments).
     await (deps.journal ? deps.journal.ship(index, groupId, graded.length, send) : send());
@@ -228,12 +247,18 @@ export async function runWorkerLoop(
       droppedOverLength: records.filter((t) => t.over_length?.action === "dropped").length,
       ...shippedTotals(records),
     });
+    if (opts.onPolicy && Array.isArray(shipped) && shipped.length && index < tasks.length - 1 && !stopping()) {
+      // The next group samples only after the trainer's step on this one has published its weights
+      // (after the last group there is none to wait for; the final drain waits for its ack). A stop
+      // ends the wait: a trainer stopping at its last step never announces another version.
+      await untilStopped(sink.waitUntilTrained!((shipped as { batch_id: string }[]).map((h) => h.batch_id), opts.onPolicy.waitMs), opts.stop);
+    }
   };
 
   // Groups start only as slots free up (one more than the rollout slots need, so the next group
   // fills the tail of the last), so the staleness check runs when a group really starts and a
   // large task source is not expanded all at once.
-  const groups = new ConcurrencyLimit(Math.ceil(opts.concurrency / opts.groupSize) + 1);
+  const groups = new ConcurrencyLimit(opts.onPolicy ? 1 : Math.ceil(opts.concurrency / opts.groupSize) + 1);
   await Promise.all(tasks.map((t, i) => groups.run(() => group(t, i))));
   if (stopping() && result.groupsShipped + result.groupsShippedBefore < tasks.length) result.stopped = true;
   return result;

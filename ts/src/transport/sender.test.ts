@@ -183,6 +183,38 @@ describe("policy version", () => {
     expect(sender.stats().badFrames).toBe(0);
   });
 
+  it("waitUntilTrained resolves only on an announcement after the batch's ack, a repeated version included", async () => {
+    const sender = open();
+    const hello = await next();
+    await reply(hello.peer, credit(4));
+    await reply(hello.peer, announce(1)); // before the batch: says nothing about it
+    const [header] = await sender.send(rows(2), routing);
+    const batch = await next();
+    let done = false;
+    const waiting = sender.waitUntilTrained([header!.batch_id], 5_000).then(() => { done = true; });
+    await reply(batch.peer, ack(header!.batch_id));
+    await new Promise((r) => setTimeout(r, 100));
+    expect(done).toBe(false); // acked, but no step announced since
+    await reply(batch.peer, announce(1)); // a step without an update announces the same version again
+    await waiting;
+    expect(done).toBe(true);
+  });
+
+  it("waitUntilTrained counts a quarantined batch as done, and times out naming what is missing", async () => {
+    const sender = open();
+    const hello = await next();
+    await reply(hello.peer, credit(4));
+    const [bad] = await sender.send(rows(1, "q"), routing);
+    await next();
+    await reply(hello.peer, ack(bad!.batch_id, "quarantined", "bad_count: test"));
+    await expect(sender.waitUntilTrained([bad!.batch_id], 2_000)).resolves.toBeUndefined();
+    const [header] = await sender.send(rows(1, "u"), routing);
+    await next();
+    await expect(sender.waitUntilTrained([header!.batch_id], 200)).rejects.toThrow(/no ack for w0-.* from .* within 200 ms/);
+    await reply(hello.peer, ack(header!.batch_id));
+    await expect(sender.waitUntilTrained([header!.batch_id], 300)).rejects.toThrow(/no policy version announced after the acks of .* \(is the trainer running\?\)/);
+  });
+
   it("times out naming the version it waited for", async () => {
     const sender = open();
     const hello = await next();

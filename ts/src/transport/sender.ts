@@ -107,6 +107,10 @@ export class Sender {
   private readonly maxBatchBytes: number;
   private seq: number;
   private latestPolicy: WeightVersion | null = null;
+  /** WeightVersion messages received, repeats included (see waitUntilTrained). */
+  private announcements = 0;
+  /** Per batch acked and not yet asked about: `announcements` when its ack came (-1: quarantined, never trained). */
+  private readonly announcementsAtAck = new Map<string, number>();
   private connected = false;
   private helloDue = false;
   private pumping = false;
@@ -167,6 +171,31 @@ export class Sender {
       throw new TransportTimeoutError(`sender ${this.config.producerId}: policy version ${minVersion} not announced by ${this.config.address} within ${timeoutMs} ms (${seen} so far)`);
     }
     return this.latestPolicy!;
+  }
+
+  /**
+   * Resolves once every batch in `batchIds` is acknowledged and the receiver has announced the
+   * trainer's policy version at least once since the last of those acks. The trainer's loop
+   * (lego_rl.trainer.driver) announces after every step, an update or not, once the new weights
+   * are published, and its receiver acks a batch only when the loop asks for the next one, after
+   * the previous step's announcement: so that announcement comes from the step that consumed
+   * the batch (or a later one). A rollout worker running on-policy waits here before its next
+   * group. A quarantined batch trains nowhere and counts as done. After a reconnection the
+   * receiver announces again on hello, which also counts: the next group may then start one
+   * step early (the trainer's `batch/staleness_*` metrics show it).
+   */
+  async waitUntilTrained(batchIds: readonly string[], timeoutMs?: number): Promise<void> {
+    const acked = () => batchIds.every((id) => this.announcementsAtAck.has(id));
+    const after = () => Math.max(-1, ...batchIds.map((id) => this.announcementsAtAck.get(id)!));
+    try {
+      await this.waitFor(() => acked() && this.announcements > after(), timeoutMs);
+    } catch (error) {
+      if (!(error instanceof TransportTimeoutError)) throw error;
+      throw new TransportTimeoutError(`sender ${this.config.producerId}: ${acked() ? "no policy version announced after the acks of" : "no ack for"} ` +
+        `${batchIds.join(", ")} from ${this.config.address} within ${timeoutMs} ms (is the trainer running?)`);
+    } finally {
+      for (const id of batchIds) this.announcementsAtAck.delete(id);
+    }
   }
 
   stats(): SenderStats {
@@ -328,6 +357,8 @@ export class Sender {
         this.emit({ type: "receiver_error", code: message.code, message: message.message, batch_id: message.batch_id });
         return;
       case "weight_version":
+        this.announcements += 1;
+        this.notify();
         // Announced on publication and again on every hello: keep the newest.
         if (this.latestPolicy !== null && message.version <= this.latestPolicy.version) return;
         this.latestPolicy = message;
@@ -352,6 +383,9 @@ export class Sender {
     }
     if (item.pooled) this.pool.release(item.pooled);
     item.pooled = null;
+    this.announcementsAtAck.set(batchId, status === "quarantined" ? -1 : this.announcements);
+    // Only the newest acks are ever asked about (a worker waits on the group it just shipped): keep memory flat.
+    if (this.announcementsAtAck.size > 1024) this.announcementsAtAck.delete(this.announcementsAtAck.keys().next().value!);
     if (status === "quarantined") {
       this.counters.quarantined += 1;
       this.spool.quarantine(item.entry, reason ?? "(no reason given)");
