@@ -107,6 +107,7 @@ function timedEngine(engine: EngineClient): EngineClient {
 const NOOP: Harness = {
   name: "no-op", version: "-", runtimes: () => [], program: () => ({ script: "true" }),
   record: { file: { path: "/tmp/lego-no-op-record", maxBytes: 1 }, parse: () => ({ toolCalls: [], finalMessage: null, notes: [] }) },
+  fileTools: { paths: [], shells: [] },
 };
 
 interface Rollout { status: string; reward: number | null; cycle: number; stage: number; engine: number; startup: number; turns: number[]; exit: number; cpu: number; startupCpu: number; turnCpu: number[]; calls: number }

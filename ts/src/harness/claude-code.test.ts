@@ -32,7 +32,7 @@ describe("Claude Code in a real sandbox through the real proxy", () => {
   });
 
   it(`scripted-gold (claude-code ${CLAUDE_CODE_VERSION}): Read, then Edit per hunk, Edit creates, Bash removes, a plain answer ends it; reward 1`, async () => {
-    const { outcome, report, engine, records } = await harnessRollout(runner, fix, entry, "scripted-gold", "claude-gold");
+    const { outcome, report, engine, records, session } = await harnessRollout(runner, fix, entry, "scripted-gold", "claude-gold");
     expect(outcome).toMatchObject({ status: "ok", reward: 1, defenseFlags: [] });
     const replies = goldScript(fix.task, entry.tools);
     expect(report).toMatchObject({ harness: "claude-code", exitCode: 0, segments: 1, side_threads: 0, finalMessage: (replies.at(-1) as { text: string }).text });
@@ -40,6 +40,8 @@ describe("Claude Code in a real sandbox through the real proxy", () => {
     expectTokenExact(records, engine, replies);
     expectToolCallsExecuted(records, report, entry.harness);
     expect(report.toolCalls.map((c) => c.name)).toEqual(["Read", "Edit", "Edit", "Bash", "Edit"]);
+    // Its Read comes before the file's first Edit: not a re-read after edit.
+    expect(session).toMatchObject({ toolCalls: 5, rereadsAfterEdit: 0 });
   }, 240_000);
 
   it("answer-at-once: one plain answer, nothing changed; reward 0", async () => {

@@ -10,6 +10,7 @@
 import { homedir } from "node:os";
 import { join } from "node:path";
 import type { AgentProgram, RuntimeMount, TaskDefinition } from "../sandbox/index.ts";
+import type { FileTools } from "./file-touches.ts";
 import { isObject, jsonLines, list, RECORD_MAX_BYTES, str, type HarnessRecordReader, type HarnessToolCall } from "./report.ts";
 import { HARNESS_FILES_DIR, type Harness, type HarnessLimits, type HarnessSession } from "./types.ts";
 
@@ -18,6 +19,16 @@ export const CLAUDE_CODE_VERSION = "2.1.332";
 export const RUNTIMES_DIR = join(homedir(), ".cache/lego-rl/runtimes");
 /** Write is named too, though 2.1.332 under -p --bare leaves it out (Edit creates files). */
 export const CLAUDE_CODE_TOOLS = ["Bash", "Read", "Write", "Edit"] as const;
+
+/** CLAUDE_CODE_TOOLS as they touch files: each names its file by `file_path`. */
+const FILE_TOOLS: FileTools = {
+  paths: [
+    { name: "Read", path: "file_path", touch: "read" },
+    { name: "Edit", path: "file_path", touch: "edit" },
+    { name: "Write", path: "file_path", touch: "edit" },
+  ],
+  shells: [{ name: "Bash", command: "command" }],
+};
 
 const DIR = HARNESS_FILES_DIR;
 const BIN = "/opt/lego-runtimes/harness/node_modules/@anthropic-ai/claude-code-linux-x64/claude";
@@ -53,6 +64,7 @@ export function claudeCodeHarness(runtimesDir = RUNTIMES_DIR): Harness {
     name: "claude-code",
     version: CLAUDE_CODE_VERSION,
     record,
+    fileTools: FILE_TOOLS,
     runtimes: (): RuntimeMount[] => [{ name: "harness", hostPath: join(runtimesDir, "harness") }],
     program(def: TaskDefinition, session: HarnessSession, limits: HarnessLimits): AgentProgram {
       const file = (path: string, content: string) => ({ path: `${DIR}/${path}`, content: Buffer.from(content), mode: 0o444 });

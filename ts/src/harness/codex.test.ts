@@ -33,7 +33,7 @@ describe("Codex CLI in a real sandbox through the real proxy", () => {
   });
 
   it(`scripted-gold (codex ${CODEX_VERSION}): one apply_patch per hunk, new file and removal, a plain answer ends it; reward 1`, async () => {
-    const { outcome, report, engine, records } = await harnessRollout(runner, fix, entry, "scripted-gold", "codex-gold");
+    const { outcome, report, engine, records, session } = await harnessRollout(runner, fix, entry, "scripted-gold", "codex-gold");
     expect(outcome).toMatchObject({ status: "ok", reward: 1, defenseFlags: [] });
     const replies = goldScript(fix.task, entry.tools);
     expect(report).toMatchObject({ harness: "codex", exitCode: 0, segments: 1, side_threads: 0, finalMessage: (replies.at(-1) as { text: string }).text });
@@ -46,6 +46,7 @@ describe("Codex CLI in a real sandbox through the real proxy", () => {
       { changes: [{ path: "/workspace/legacy.py", kind: "delete" }] },
       { changes: [{ path: "/workspace/units.py", kind: "add" }] },
     ]);
+    expect(session).toMatchObject({ toolCalls: 4, rereadsAfterEdit: 0 });
   }, 240_000);
 
   it("answer-at-once: one plain answer, nothing changed; reward 0", async () => {

@@ -13,6 +13,7 @@ import { join } from "node:path";
 import type { AgentProgram, RuntimeMount, TaskDefinition } from "../sandbox/index.ts";
 import { RUNTIMES_DIR } from "./claude-code.ts";
 import { applyPatchChanges } from "./codex-patch.ts";
+import type { FileTools } from "./file-touches.ts";
 import { isObject, jsonLines, list, RECORD_MAX_BYTES, str, type HarnessRecordReader, type HarnessToolCall } from "./report.ts";
 import { HARNESS_FILES_DIR, type Harness, type HarnessLimits, type HarnessSession } from "./types.ts";
 
@@ -68,6 +69,9 @@ function scriptOf(command: string): string {
   const w = shellWords(command);
   return w && w.length === 3 && /(^|\/)bash$/.test(w[0]!) && (w[1] === "-lc" || w[1] === "-c") ? w[2]! : command;
 }
+
+/** exec_command only: files are read by shell commands and changed by them or by its intercepted apply_patch. */
+const FILE_TOOLS: FileTools = { paths: [], shells: [{ name: "exec_command", command: "cmd", applyPatch: true }] };
 
 /** `exec --json` (0.171.0): `item.completed` events; a command's exit code, a patch's status. */
 const record: HarnessRecordReader = {
@@ -129,6 +133,7 @@ export function codexHarness(runtimesDir = RUNTIMES_DIR): Harness {
     name: "codex",
     version: CODEX_VERSION,
     record,
+    fileTools: FILE_TOOLS,
     runtimes: (): RuntimeMount[] => [{ name: "harness", hostPath: join(runtimesDir, "harness") }],
     // Codex has no turn limit of its own in exec mode: the wall-clock limit bounds it.
     program(def: TaskDefinition, session: HarnessSession, _limits: HarnessLimits): AgentProgram {

@@ -215,6 +215,11 @@ export function scriptedHarnessEngine(name: string, model: ProxyModel, def: Task
   else if (name === "scripted-edit") script = editScript(def, tools);
   else if (name === "answer-at-once") script = ANSWER_AT_ONCE;
   else throw new HarnessEngineError(`unknown engine ${JSON.stringify(name)} (known: ${ENGINES.join(", ")})`);
+  return scriptedToolEngine(model, script);
+}
+
+/** An engine that answers the calls offering tools with `script`, in order, then "Done."; the others with SIDE_REPLY. */
+export function scriptedToolEngine(model: ProxyModel, script: ScriptedReply[]): ScriptedEngine {
   // The script advances only on calls that offer tools: a harness's hidden calls
   // (OpenCode's title generation) offer none and get a short plain reply, so they
   // neither take a step of the script nor end the rollout early.

@@ -14,9 +14,12 @@ import { referenceHarness } from "./reference.ts";
 import type { Harness } from "./types.ts";
 
 export type { Harness, HarnessLimits, HarnessSession } from "./types.ts";
-export { ANSWER_AT_ONCE, ENGINES, SIDE_REPLY, editScript, goldScript, HarnessEngineError, scriptedHarnessEngine, solveScript, toolCall, type ToolNames } from "./engines.ts";
+export {
+  ANSWER_AT_ONCE, ENGINES, SIDE_REPLY, editScript, goldScript, HarnessEngineError, scriptedHarnessEngine, scriptedToolEngine, solveScript, toolCall, type ToolNames,
+} from "./engines.ts";
 export { goldSteps, goldPatchText, GoldPatchError, type GoldStep, type HunkLine } from "./gold-edits.ts";
 export { applyPatchChanges, applyPatchCommand, codexPatch } from "./codex-patch.ts";
+export { fileTouches, rereadsAfterEdit, type FileTools, type FileTouch, type PathTool, type ShellTool } from "./file-touches.ts";
 export { proxiedLauncher, QWEN3_DIR, rolloutSession, SERVED_MODEL, type HarnessLauncher, type HarnessRollout, type ProxiedLauncherConfig } from "./launcher.ts";
 export {
   canonicalJson, harnessReport, proxyToolCalls, readOwnRecord, RECORD_MAX_BYTES, toolCallMismatches,

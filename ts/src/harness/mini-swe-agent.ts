@@ -10,6 +10,7 @@ import { readFileSync } from "node:fs";
 import type { AgentProgram, TaskDefinition } from "../sandbox/index.ts";
 import { RUNTIMES_DIR } from "./claude-code.ts";
 import { pythonDriverProgram, pythonRuntimes } from "./python-runtime.ts";
+import type { FileTools } from "./file-touches.ts";
 import { isObject, list, RECORD_MAX_BYTES, str, type HarnessRecordReader, type HarnessToolCall } from "./report.ts";
 import type { Harness, HarnessLimits, HarnessSession } from "./types.ts";
 
@@ -55,6 +56,8 @@ export function miniSweAgentHarness(runtimesDir = RUNTIMES_DIR): Harness {
     name: "mini-swe-agent",
     version: MINI_SWE_AGENT_VERSION,
     record,
+    // Its one tool: every file it reads or writes goes through bash.
+    fileTools: { paths: [], shells: [{ name: "bash", command: "command" }] },
     runtimes: () => pythonRuntimes(runtimesDir, "mini-swe-agent"),
     program(def: TaskDefinition, session: HarnessSession, limits: HarnessLimits): AgentProgram {
       return pythonDriverProgram("mini-swe-agent", DRIVER, def, session, limits, {

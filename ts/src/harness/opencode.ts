@@ -15,6 +15,7 @@
  */
 import type { AgentProgram, RuntimeMount, TaskDefinition } from "../sandbox/index.ts";
 import { RUNTIMES_DIR } from "./claude-code.ts";
+import type { FileTools } from "./file-touches.ts";
 import { isObject, jsonLines, RECORD_MAX_BYTES, str, type HarnessRecordReader, type HarnessToolCall } from "./report.ts";
 import { HARNESS_FILES_DIR, type Harness, type HarnessLimits, type HarnessSession } from "./types.ts";
 import { join } from "node:path";
@@ -26,6 +27,19 @@ const RUNTIME = "/opt/lego-runtimes/harness";
 const BIN = `${RUNTIME}/node_modules/opencode-linux-x64/bin/opencode`;
 const PROVIDER = "lego";
 const EVENTS = "/tmp/lego-opencode-events.jsonl";
+
+/**
+ * Its file tools name the file by `filePath`; its others (grep, glob, list)
+ * name folders and patterns, which no edit matches, so they are left out.
+ */
+const FILE_TOOLS: FileTools = {
+  paths: [
+    { name: "read", path: "filePath", touch: "read" },
+    { name: "edit", path: "filePath", touch: "edit" },
+    { name: "write", path: "filePath", touch: "edit" },
+  ],
+  shells: [{ name: "bash", command: "command" }],
+};
 
 /** `run --format json` (1.18.33): `{type:"tool_use", part:{tool, state:{status: completed|error, input}}}`, `{type:"text", part:{text}}`. */
 const record: HarnessRecordReader = {
@@ -78,6 +92,7 @@ export function openCodeHarness(runtimesDir = RUNTIMES_DIR): Harness {
     name: "opencode",
     version: OPENCODE_VERSION,
     record,
+    fileTools: FILE_TOOLS,
     runtimes: (): RuntimeMount[] => [{ name: "harness", hostPath: join(runtimesDir, "harness") }],
     program(def: TaskDefinition, session: HarnessSession, limits: HarnessLimits): AgentProgram {
       const file = (path: string, content: string) => ({ path: `${DIR}/${path}`, content: Buffer.from(content), mode: 0o444 });

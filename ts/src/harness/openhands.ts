@@ -11,6 +11,7 @@ import { readFileSync } from "node:fs";
 import type { AgentProgram, TaskDefinition } from "../sandbox/index.ts";
 import { RUNTIMES_DIR } from "./claude-code.ts";
 import { pythonDriverProgram, pythonRuntimes } from "./python-runtime.ts";
+import type { FileTools } from "./file-touches.ts";
 import { isObject, jsonArguments, jsonLines, list, RECORD_MAX_BYTES, str, type HarnessRecordReader, type HarnessToolCall } from "./report.ts";
 import type { Harness, HarnessLimits, HarnessSession } from "./types.ts";
 
@@ -25,6 +26,12 @@ function messageText(e: Record<string, unknown>): string | null {
   const texts = list(msg["content"]).filter(isObject).map((c) => str(c["text"])).filter((t) => t !== null);
   return texts.length ? texts.join("") : null;
 }
+
+/** file_editor reads or changes `path` by its `command` (undo_edit changes the file back); terminal runs `command`. */
+const FILE_TOOLS: FileTools = {
+  paths: [{ name: "file_editor", path: "path", touch: { by: "command", read: ["view"], edit: ["create", "str_replace", "insert", "undo_edit"] } }],
+  shells: [{ name: "terminal", command: "command" }],
+};
 
 /** A tool call ran when its ActionEvent carries an action and an observation answers its id (ok unless it is an error). */
 const record: HarnessRecordReader = {
@@ -59,6 +66,7 @@ export function openHandsHarness(runtimesDir = RUNTIMES_DIR): Harness {
     name: "openhands",
     version: OPENHANDS_SDK_VERSION,
     record,
+    fileTools: FILE_TOOLS,
     runtimes: () => pythonRuntimes(runtimesDir, "openhands"),
     program(def: TaskDefinition, session: HarnessSession, limits: HarnessLimits): AgentProgram {
       return pythonDriverProgram("openhands", DRIVER, def, session, limits, {

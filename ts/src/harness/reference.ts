@@ -7,6 +7,7 @@
  */
 import { readFileSync } from "node:fs";
 import type { AgentProgram, TaskDefinition } from "../sandbox/index.ts";
+import type { FileTools } from "./file-touches.ts";
 import { isObject, jsonArguments, jsonLines, list, RECORD_MAX_BYTES, str, type HarnessRecordReader, type HarnessToolCall } from "./report.ts";
 import { HARNESS_FILES_DIR, type Harness, type HarnessLimits, type HarnessSession } from "./types.ts";
 
@@ -44,11 +45,22 @@ const record: HarnessRecordReader = {
   },
 };
 
+/** agent.py's TOOLS: each file tool names its file by `path`. */
+const FILE_TOOLS: FileTools = {
+  paths: [
+    { name: "read_file", path: "path", touch: "read" },
+    { name: "write_file", path: "path", touch: "edit" },
+    { name: "edit_file", path: "path", touch: "edit" },
+  ],
+  shells: [{ name: "bash", command: "command" }],
+};
+
 export const referenceHarness: Harness = {
   name: "reference",
   version: "1",
   runtimes: () => [],
   record,
+  fileTools: FILE_TOOLS,
   program(def: TaskDefinition, session: HarnessSession, limits: HarnessLimits): AgentProgram {
     const file = (path: string, content: string | Buffer, mode = 0o444) => ({ path: `${DIR}/${path}`, content: Buffer.from(content), mode });
     return {

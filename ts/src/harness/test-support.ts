@@ -7,13 +7,13 @@
  */
 import { fileURLToPath } from "node:url";
 import { expect } from "vitest";
-import type { RolloutRunner } from "../rollout/index.ts";
+import type { RolloutRunner, SessionRecords as RolloutSessionRecords } from "../rollout/index.ts";
 import { ensureBaseImage, ensureTaskImage, loadTask, type TaskDefinition } from "../sandbox/index.ts";
 import type { ScriptedEngine, ScriptedReply } from "../engine/index.ts";
 import { checkSegment, qwen3 } from "../proxy/test-support.ts";
 import type { SessionRecords } from "../proxy/index.ts";
 import type { Task } from "../tasks/task.ts";
-import { proxiedLauncher, proxyToolCalls, scriptedHarnessEngine, SIDE_REPLY, type Harness, type HarnessReport, type ToolNames } from "./index.ts";
+import { proxiedLauncher, proxyToolCalls, scriptedHarnessEngine, scriptedToolEngine, SIDE_REPLY, type Harness, type HarnessReport, type ToolNames } from "./index.ts";
 
 /**
  * The harness tests' task: a gold patch (made by git) with every kind of
@@ -33,11 +33,14 @@ export interface HarnessRolloutResult {
   report: HarnessReport;
   engine: ScriptedEngine;
   records: SessionRecords;
+  /** The records as the rollout worker builds the Trajectory from them. */
+  session: RolloutSessionRecords;
 }
 
+/** `opts.script`: replies to play instead of the named engine's (the name then only labels the rollout). */
 export async function harnessRollout(
   runner: RolloutRunner, fix: { task: TaskDefinition; image: string }, entry: { harness: Harness; tools: ToolNames },
-  engineName: string, rolloutId: string, limits: { maxTurns?: number; timeoutSec?: number } = {},
+  engineName: string, rolloutId: string, opts: { maxTurns?: number; timeoutSec?: number; script?: ScriptedReply[] } = {},
 ): Promise<HarnessRolloutResult> {
   let engine: ScriptedEngine | undefined;
   let records: SessionRecords | undefined;
@@ -45,14 +48,14 @@ export async function harnessRollout(
     harness: entry.harness,
     engineName,
     model: qwen3(),
-    limits: { maxTurns: limits.maxTurns ?? 8, timeoutSec: limits.timeoutSec ?? 150 },
-    engine: (model, def) => (engine = scriptedHarnessEngine(engineName, model, def, entry.tools)),
+    limits: { maxTurns: opts.maxTurns ?? 8, timeoutSec: opts.timeoutSec ?? 150 },
+    engine: (model, def) => (engine = opts.script ? scriptedToolEngine(model, opts.script) : scriptedHarnessEngine(engineName, model, def, entry.tools)),
     onRecords: (_id, r) => (records = r),
   });
   const agent = await launcher.start({} as Task, fix.task, rolloutId);
   const outcome = await runner.run({ ...fix, rolloutId, agent: agent.program, proxySocket: agent.proxySocket, agentTimeoutSec: agent.agentTimeoutSec });
   const report = await agent.finish(outcome);
-  return { outcome, report, engine: engine!, records: records! };
+  return { outcome, report, engine: engine!, records: records!, session: agent.session!() };
 }
 
 /**

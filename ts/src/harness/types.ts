@@ -4,6 +4,7 @@
  * container (as the unprivileged user) and which runtimes to mount.
  */
 import type { AgentProgram, RuntimeMount, TaskDefinition } from "../sandbox/index.ts";
+import type { FileTools } from "./file-touches.ts";
 import type { HarnessRecordReader } from "./report.ts";
 
 export interface HarnessLimits {
@@ -33,6 +34,8 @@ export interface Harness {
   program(def: TaskDefinition, session: HarnessSession, limits: HarnessLimits): AgentProgram;
   /** Its own record of the run (event stream or trajectory file): where the program writes it and how to read it (report.ts). */
   readonly record: HarnessRecordReader;
+  /** How the tools it offers the model read and change files: what counts re-reads after edits (file-touches.ts). */
+  readonly fileTools: FileTools;
 }
 
 /** Where every harness's own files (config, driver, secret, instruction) are written in the agent container, root-owned. */

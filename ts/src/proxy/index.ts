@@ -4,7 +4,7 @@ export { loadProxyModel, type ProxyModel, type ProxyModelOptions } from "./model
 export { SessionCapture, type AuditEntry, type AuditReason, type RoutingCoverage, type SessionRecords, type TurnListener } from "./capture/session-capture.ts";
 export { ChatTemplate, TemplateError } from "./chat-template.ts";
 export { TextTokenizer, ModelFilesError } from "./tokenizer.ts";
-export { CompletionParser, parseCompletion, parseToolCallBody, type CompletionEvent, type ToolCallFormat } from "./tool-calls.ts";
+export { CompletionParser, parseCompletion, parseToolCallBody, type CompletionEvent, type ParsedToolCall, type ToolCallFormat } from "./tool-calls.ts";
 export type { ChatMessage, ChatRequest, ToolCall, ToolSpec } from "./chat.ts";
 export {
   AuthenticationError,

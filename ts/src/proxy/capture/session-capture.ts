@@ -12,6 +12,7 @@
  */
 import type { ChatMessage, ChatRequest } from "../chat.ts";
 import type { Segment, Turn } from "../records.ts";
+import type { ParsedToolCall } from "../tool-calls.ts";
 import { ThreadCapture, type PromptCodec, type PromptPlan } from "./thread-capture.ts";
 
 /** `rejected`: the engine refused the request for a value the harness chose (answered with a 400). */
@@ -51,6 +52,15 @@ export interface SessionRecords {
   side_thread_ids: string[];
   /** Per segment, in `segments` order. */
   routing_coverage: RoutingCoverage[];
+  /**
+   * The tool calls of the main thread's committed turns, in call order, as the
+   * proxy parsed them from the policy's tokens (rolled-back turns' calls are not
+   * here; calls that did not parse are counted, not listed). Kept whole rather
+   * than counted here so that what a call means stays the harness's business:
+   * the proxy knows no harness's tool vocabulary (harness/file-touches.ts reads
+   * these for re-reads after edits).
+   */
+  main_tool_calls: ParsedToolCall[];
   /** Inputs to TrajectoryMetrics (records.toml) that only the proxy sees. */
   counters: { main_turns: number; side_thread_turns: number; tool_calls: number; tool_call_parse_failures: number; rolled_back_turns: number };
 }
@@ -60,8 +70,8 @@ export class SessionCapture {
   private readonly turns: Turn[] = [];
   private readonly audit: AuditEntry[] = [];
   private turnSeq = 0;
-  /** Tool calls per committed turn id (a rolled-back turn's calls are not counted). */
-  private readonly toolCalls = new Map<string, number>();
+  /** Tool calls per committed turn id (a rolled-back turn's calls are dropped with it). */
+  private readonly toolCalls = new Map<string, ParsedToolCall[]>();
   /** Tool-call blocks that did not parse, per committed turn id (likewise). */
   private readonly parseFailures = new Map<string, number>();
   private segmentSeq = 0;
@@ -101,7 +111,7 @@ export class SessionCapture {
     if (this.closed) return;
     const { rolledBack } = thread.commit(plan, turn, reply, this.codec, routingRecorded);
     this.turns.push(turn);
-    this.toolCalls.set(turn.turn_id, reply.tool_calls?.length ?? 0);
+    this.toolCalls.set(turn.turn_id, (reply.tool_calls ?? []).map(({ name, arguments: args }) => ({ name, arguments: args })));
     this.parseFailures.set(turn.turn_id, parseFailures);
     if (rolledBack) {
       this.turns.splice(this.turns.indexOf(rolledBack), 1);
@@ -135,11 +145,11 @@ export class SessionCapture {
     const fix = (turn: Turn): Turn => ({ ...turn, thread_id: relabel.get(turn.thread_id) ?? turn.thread_id });
     const turns = this.turns.map(fix);
     const mainTurns = turns.filter((t) => t.thread_id === "main").length;
-    let toolCalls = 0;
+    const mainToolCalls: ParsedToolCall[] = [];
     let parseFailures = 0;
     for (const t of turns) {
       if (t.thread_id !== "main") continue;
-      toolCalls += this.toolCalls.get(t.turn_id) ?? 0;
+      mainToolCalls.push(...(this.toolCalls.get(t.turn_id) ?? []));
       parseFailures += this.parseFailures.get(t.turn_id) ?? 0;
     }
     this.closed = {
@@ -149,10 +159,11 @@ export class SessionCapture {
       audit: this.audit.map((a) => ({ reason: a.reason, turn: fix(a.turn) })),
       side_thread_ids: threads.filter((t) => t !== main && t.turnCount > 0).map(label),
       routing_coverage: segments.map(routingCoverage),
+      main_tool_calls: mainToolCalls,
       counters: {
         main_turns: mainTurns,
         side_thread_turns: turns.length - mainTurns,
-        tool_calls: toolCalls,
+        tool_calls: mainToolCalls.length,
         tool_call_parse_failures: parseFailures,
         rolled_back_turns: this.audit.filter((a) => a.reason === "rolled_back").length,
       },
