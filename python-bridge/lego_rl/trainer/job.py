@@ -9,7 +9,7 @@ has one table per section, with the field names below:
     [model]      path
     [source]     spool | receive | toy_steps, receiver_spool, handover
     [checkpoint] dir
-    [training]   loss, lr, max_steps, max_staleness, replay_routing, log, threads
+    [training]   loss, loss_aggregation, lr, max_steps, max_staleness, replay_routing, log, threads
     [weights]    dir, sglang, vllm, engine
     [cluster]    ray_address, engines, trainer_ranks, gpus_per_rank, cpus_per_rank, backend, engine_dtype
     [fleet]      rollout_args, spool_root, producer_id, max_restarts, worker_cpus, node_resource, lego, log_dir
@@ -83,6 +83,8 @@ class CheckpointConfig:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrainingConfig:
     loss: Literal["gspo", "gspo_token", "grpo"] = _STEP.loss
+    loss_aggregation: Literal["sequence_mean", "token_sum_norm"] = _STEP.loss_aggregation
+    """sequence_mean (the papers'), or token_sum_norm: every token weighs the same (no length bias)."""
     lr: float = _STEP.lr
     max_steps: int | None = None
     max_staleness: int | None = None
@@ -184,7 +186,8 @@ class JobConfig:
     hardware: HardwareConfig = HardwareConfig()
 
     def step_config(self) -> StepConfig:
-        return StepConfig(loss=self.training.loss, lr=self.training.lr, replay_routing=self.training.replay_routing)
+        return StepConfig(loss=self.training.loss, loss_aggregation=self.training.loss_aggregation, lr=self.training.lr,
+                          replay_routing=self.training.replay_routing)
 
     def loop_config(self) -> LoopConfig:
         return LoopConfig(checkpoint_dir=self.checkpoint.dir, max_steps=self.training.max_steps,
@@ -237,6 +240,8 @@ FLAGS: tuple[_Flag, ...] = (
           help="exclude rollouts sampled by weights more than this many versions old (0: on-policy only)"),
     _Flag(key="training.log", flag="--log", help="append one JSON line of metrics per step (default: stdout)"),
     _Flag(key="training.loss", flag="--loss"),
+    _Flag(key="training.loss_aggregation", flag="--loss-aggregation",
+          help="sequence_mean (the papers') or token_sum_norm (every token weighs the same: no length bias)"),
     _Flag(key="training.lr", flag="--lr"),
     _Flag(key="training.replay_routing", flag="--no-replay", scope="local",
           help="do not replay recorded routing (for comparison only)"),

@@ -14,6 +14,13 @@ Every loss returns (loss, metrics) with slash-namespaced metric keys.
 3. GrpoLoss: the token-level ratio pi_theta(y_t)/pi_old(y_t), clip 0.2 (GRPO).
 Optional on every loss: a rollout-vs-trainer mismatch correction (TIS or MIS)
 and a k3 KL penalty to a reference policy (beta = 0 by default, as in GSPO).
+
+Aggregation (`aggregation`): "sequence_mean" (the papers': mean over a sequence's
+tokens, then over sequences) gives each token of y_i the weight 1/|y_i|, so a
+short failed rollout pushes down a prefix it shares with a longer successful one
+harder than the success pushes it up. "token_sum_norm" (Dr. GRPO, Liu et al. 2025)
+sums over tokens and divides by N * token_norm, a constant: every token weighs the
+same, and a prefix shared across a group with zero-mean advantages gets no net push.
 """
 
 from __future__ import annotations
@@ -77,6 +84,9 @@ class ClippedSurrogateLoss:
     eps_high: float
     correction: MismatchCorrection | None = None
     kl_beta: float = 0.0
+    aggregation: Literal["sequence_mean", "token_sum_norm"] = "sequence_mean"
+    token_norm: int = 1024
+    """token_sum_norm's constant divisor per sequence (a constant, so ranks' shards add up to the whole)."""
 
     def ratio_T(self, inputs: LossInputs) -> Tensor:
         raise NotImplementedError
@@ -95,7 +105,12 @@ class ClippedSurrogateLoss:
             weight_T = weight_T * self.correction.weights_T(inputs.old_logprobs_T, inputs.rollout_logprobs_T)
         per_sequence_N, counts_N = _per_sequence_mean(-surrogate_T, weight_T, inputs.sequence_T, n)
         trained_N = counts_N > 0
-        loss = per_sequence_N[trained_N].mean() if trained_N.any() else ratio_T.sum() * 0.0
+        if not trained_N.any():
+            loss = ratio_T.sum() * 0.0
+        elif self.aggregation == "token_sum_norm":
+            loss = (-surrogate_T * weight_T).sum() / (trained_N.sum() * self.token_norm)
+        else:
+            loss = per_sequence_N[trained_N].mean()
         metrics = {"loss/policy": float(loss.detach())}
         if self.kl_beta:
             if inputs.ref_logprobs_T is None:

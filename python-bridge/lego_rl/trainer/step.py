@@ -45,10 +45,14 @@ class StepConfig:
     eps_low: float | None = None
     """Clip range override; None keeps the loss's default (GSPO 3e-4 / 4e-4)."""
     eps_high: float | None = None
+    loss_aggregation: Literal["sequence_mean", "token_sum_norm"] = "sequence_mean"
+    """How token losses add up (losses.py): the papers' per-sequence mean, or Dr. GRPO's length-unbiased sum."""
+    token_norm: int = 1024
+    """token_sum_norm's constant divisor per sequence."""
 
 
 def build_loss(config: StepConfig) -> ClippedSurrogateLoss:
-    kwargs: dict[str, object] = {"kl_beta": config.kl_beta}
+    kwargs: dict[str, object] = {"kl_beta": config.kl_beta, "aggregation": config.loss_aggregation, "token_norm": config.token_norm}
     if config.correction != "none":
         kwargs["correction"] = MismatchCorrection(kind=config.correction)
     if config.eps_low is not None:

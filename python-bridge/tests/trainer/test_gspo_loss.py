@@ -141,3 +141,49 @@ def test_rollouts_beyond_the_staleness_bound_are_excluded_before_grouping() -> N
     # a3 is stale; a4's version is unknown (no turns), so no bound can exclude it.
     assert result.trajectory_ids == ["a1", "a2", "a4"]
     assert result.excluded == {"stale": 1}
+
+
+def _shared_prefix_group() -> tuple[LossInputs, torch.Tensor]:
+    """On-policy (ratio 1), rewards [1, 0]: a 4-token success and a 2-token failure whose 2 tokens
+    are the success's first 2 (the same tokens, so the same log pi: tied through one parameter each)."""
+    theta = torch.tensor([-0.1, -0.2, -0.3, -0.4], dtype=torch.float64, requires_grad=True)
+    logprobs = torch.cat([theta, theta[:2]])
+    inputs = LossInputs(
+        logprobs_T=logprobs,
+        old_logprobs_T=logprobs.detach().clone(),
+        mask_T=torch.ones(6, dtype=torch.float64),
+        sequence_T=torch.tensor([0, 0, 0, 0, 1, 1]),
+        advantages_N=torch.tensor([A, -A], dtype=torch.float64),
+    )
+    return inputs, theta
+
+
+def test_sequence_mean_pushes_a_shared_prefix_down_when_the_failure_is_shorter() -> None:
+    # GSPO as in the paper weighs each token 1/|y_i|: the failure's -A/2 per prefix token beats the success's +A/4.
+    inputs, theta = _shared_prefix_group()
+    loss, _ = GspoTokenLoss()(inputs)
+    loss.backward()
+    assert theta.grad is not None
+    # d loss / d theta (descent lowers log pi where positive): prefix (-A/4 + A/2) / N, the rest -A/4 / N.
+    assert theta.grad.tolist() == pytest.approx([A / 8, A / 8, -A / 8, -A / 8], abs=1e-12)
+
+
+def test_token_sum_norm_leaves_a_shared_prefix_alone_and_raises_the_success_s_own_tokens() -> None:
+    inputs, theta = _shared_prefix_group()
+    for loss_class in (GspoLoss, GspoTokenLoss):
+        theta.grad = None
+        loss, _ = loss_class(aggregation="token_sum_norm", token_norm=4)(inputs)
+        loss.backward()
+        assert theta.grad is not None
+        # Every token weighs 1 / (N * token_norm) = 1/8: +A and -A cancel on the prefix.
+        assert theta.grad.tolist() == pytest.approx([0.0, 0.0, -A / 8, -A / 8], abs=1e-12), loss_class.__name__
+
+
+def test_token_sum_norm_is_the_sequence_mean_when_every_sequence_has_token_norm_tokens() -> None:
+    inputs = _inputs()
+    # Trajectories of 3 and 2 trainable tokens: with equal lengths the two agree; here they differ by the weights.
+    mean, _ = GspoLoss()(inputs)
+    summed, _ = GspoLoss(aggregation="token_sum_norm", token_norm=3)(_inputs())
+    s0 = math.exp(2e-4)
+    assert mean.item() == pytest.approx((-s0 * A + (1 - 3e-4) * A) / 2, abs=1e-10)
+    assert summed.item() == pytest.approx((3 * -s0 * A + 2 * (1 - 3e-4) * A) / (2 * 3), abs=1e-10)

@@ -16,6 +16,7 @@ interface DemoArgs {
   "group-size"?: number;
   concurrency?: number;
   lr: number;
+  "loss-aggregation": "sequence_mean" | "token_sum_norm";
   harness: string;
   tasks: string;
   ui: boolean;
@@ -43,6 +44,7 @@ export const demoCommand: CommandModule<object, DemoArgs> = {
       .option("concurrency", { type: "number", describe: `rollouts in flight (default ${DEFAULT_LOOP.concurrency}; ${HARNESS_LOOP.concurrency} with another --harness)` })
       .option("ui", { type: "boolean", default: DEFAULT_LOOP.ui, describe: "serve the Live UI over the run folder while the run lasts and print its address (--no-ui: do not)" })
       .option("lr", { type: "number", default: DEFAULT_LOOP.lr, describe: "GSPO learning rate" })
+      .option("loss-aggregation", { choices: ["sequence_mean", "token_sum_norm"] as const, default: DEFAULT_LOOP.lossAggregation, describe: "how GSPO adds token losses up (docs/demo.md says why token_sum_norm)" })
       .option("sft-lr", { type: "number", default: DEFAULT_LOOP.sftLr, describe: "warm-start learning rate" })
       .option("sft-batch", { type: "number", default: DEFAULT_LOOP.sftBatch, describe: "demonstrations per warm-start step" })
       .option("seed", { type: "number", default: DEFAULT_LOOP.seed, describe: "seed of the tiny model's initialisation and the warm start's demonstration order" })
@@ -97,7 +99,7 @@ export const demoCommand: CommandModule<object, DemoArgs> = {
     const summary = await runRealLoop({
       ...base, workDir: args["work-dir"], harness: args.harness, tasks: args.tasks, ui: args.ui,
       steps: args.steps ?? base.steps, groupSize: args["group-size"] ?? base.groupSize, concurrency: args.concurrency ?? base.concurrency,
-      lr: args.lr, sftSteps: args["sft-steps"] ?? base.sftSteps, sftLr: args["sft-lr"], sftBatch: args["sft-batch"], seed: args.seed,
+      lr: args.lr, lossAggregation: args["loss-aggregation"], sftSteps: args["sft-steps"] ?? base.sftSteps, sftLr: args["sft-lr"], sftBatch: args["sft-batch"], seed: args.seed,
       demoTasks: args["demo-tasks"], evalTasks: args["eval-tasks"], eval: { ...base.eval, k: args["eval-k"] ?? base.eval.k }, log: (l) => console.log(l),
     });
     console.log(`report: ${summary.report}`);

@@ -41,6 +41,8 @@ export interface RealLoopOptions {
   seed: number;
   /** GSPO learning rate. */
   lr: number;
+  /** How the trainer adds token losses up (`cluster.train --loss-aggregation`; python-bridge/lego_rl/trainer/losses.py). */
+  lossAggregation: "sequence_mean" | "token_sum_norm";
   /** The harness of the GSPO rollouts and of both evaluations. */
   harness: string;
   /** Task source of the demonstrations (the warm start). */
@@ -67,6 +69,7 @@ export const DEFAULT_LOOP: Omit<RealLoopOptions, "workDir" | "log"> = {
   sftBatch: 2,
   seed: 0,
   lr: 1e-3,
+  lossAggregation: "token_sum_norm",
   harness: "reference",
   demoTasks: DEMO_TASKS,
   tasks: DEMO_TASKS,
@@ -176,6 +179,7 @@ async function rl(opts: RealLoopOptions, model: string, run: string, pids: numbe
       // The receiver's spool is under spool/, where the Live UI and `lego mcp` read a run's batches.
       "--receive", "tcp://127.0.0.1:*", "--receiver-spool", join(run, "spool", "receiver"), "--max-steps", String(opts.steps),
       "--weights-dir", join(run, "weights"), "--sync-engine", engineAddress, "--log", stepsLog, "--lr", String(opts.lr),
+      "--loss-aggregation", opts.lossAggregation,
     ], join(run, "trainer.out"), join(run, "trainer.err"), (l) => { if (l.startsWith("trainer: receiving on ")) announce(l.split(" ").at(-1)!); });
     const trainerGone = trainer.exited.then((code) => { throw new DemoError(`the trainer exited (${code}) early; see ${join(run, "trainer.err")}`); });
     const receiverAddress = await bounded(Promise.race([receiving, trainerGone]), 300_000, "the trainer's start");
