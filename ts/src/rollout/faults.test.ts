@@ -5,17 +5,16 @@
  * attempt is dropped from its group, which ships without it and says so.
  * Every rollout is accounted for exactly once and no container is left.
  */
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ensureBaseImage, type AgentSandbox } from "../sandbox/index.ts";
-import { IMAGE_BUILD_TIMEOUT_MS, leftoverContainers } from "../sandbox/test-support.ts";
+import { describe, expect, it } from "vitest";
+import type { AgentSandbox } from "../sandbox/index.ts";
+import { leftoverContainers } from "../sandbox/test-support.ts";
 import { defaultTasksConfig, openTaskSource, oracleAgent, type Task } from "../tasks/index.ts";
 import { Sender } from "../transport/index.ts";
-import type { JsonLineProcess } from "../json-line-process.ts";
 import { RolloutEvents, RolloutRunner, SummaryCollector, runWorkerLoop, type RolloutEvent } from "./index.ts";
-import { receivedRows, startReceiver } from "./test-support.ts";
+import { receivedRows, receiverFixture } from "./test-support.ts";
 
 /** Stops the agent container of every rollout attempt whose id `doomed` picks, before the agent runs. */
 class KillingRunner extends RolloutRunner {
@@ -36,18 +35,9 @@ class KillingRunner extends RolloutRunner {
 const work = mkdtempSync(join(tmpdir(), "lego-rollout-faults-"));
 
 describe("worker faults", () => {
-  let receiver: JsonLineProcess;
-  let address: string;
   let tasks: Task[];
-  beforeAll(async () => {
-    await ensureBaseImage();
-    ({ receiver, address } = await startReceiver(join(work, "rx")));
+  const rx = receiverFixture(work, async () => {
     tasks = (await openTaskSource("easy:seed=7,count=4", defaultTasksConfig())).tasks;
-  }, IMAGE_BUILD_TIMEOUT_MS);
-  afterAll(async () => {
-    receiver?.stop();
-    expect(await leftoverContainers()).toEqual([]);
-    rmSync(work, { recursive: true, force: true });
   });
 
   it("retries a container death, drops a rollout that dies on every attempt, and accounts for each once", { timeout: 600_000 }, async () => {
@@ -57,7 +47,7 @@ describe("worker faults", () => {
     const seen: RolloutEvent[] = [];
     events.subscribe((e) => seen.push(e));
     const collector = new SummaryCollector(events);
-    const sender = new Sender({ address, spoolDir: join(work, "tx"), producerId: "faults" });
+    const sender = new Sender({ address: rx.address, spoolDir: join(work, "tx"), producerId: "faults" });
     let result;
     try {
       result = await runWorkerLoop(tasks, { runner, launcher: oracleAgent, sink: sender, events }, {

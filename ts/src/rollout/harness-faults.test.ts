@@ -16,20 +16,19 @@
  * retried. The other rollouts score 1, the worker ships all 4 groups, the
  * receiver holds each of the 8 once, and no container is left.
  */
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { goldScript, HARNESS_TOOLS } from "../harness/index.ts";
 import { dockerClient } from "../sandbox/docker.ts";
-import { ensureBaseImage, LABEL } from "../sandbox/index.ts";
-import { IMAGE_BUILD_TIMEOUT_MS, leftoverContainers } from "../sandbox/test-support.ts";
+import { LABEL } from "../sandbox/index.ts";
+import { leftoverContainers } from "../sandbox/test-support.ts";
 import { defaultTasksConfig, openTaskSource, type Task } from "../tasks/index.ts";
 import { Sender } from "../transport/index.ts";
-import type { JsonLineProcess } from "../json-line-process.ts";
 import { RolloutEvents, RolloutRunner, runWorkerLoop, type RolloutEvent } from "./index.ts";
 import { scriptedLauncher } from "./test-engines.ts";
-import { receivedTrajectories, startReceiver } from "./test-support.ts";
+import { receivedTrajectories, receiverFixture } from "./test-support.ts";
 
 /** The agent stage's limit: what ends a hang. A gold rollout's agent stage takes a few seconds. */
 const AGENT_TIMEOUT_SEC = 20;
@@ -68,18 +67,9 @@ async function agentPid(rolloutId: string): Promise<number> {
 const work = mkdtempSync(join(tmpdir(), "lego-rollout-harness-faults-"));
 
 describe("worker faults: the harness crashes or hangs", () => {
-  let receiver: JsonLineProcess;
-  let address: string;
   let tasks: Task[];
-  beforeAll(async () => {
-    await ensureBaseImage();
-    ({ receiver, address } = await startReceiver(join(work, "rx")));
+  const rx = receiverFixture(work, async () => {
     tasks = (await openTaskSource("easy:seed=7,count=4", defaultTasksConfig())).tasks;
-  }, IMAGE_BUILD_TIMEOUT_MS);
-  afterAll(async () => {
-    receiver?.stop();
-    expect(await leftoverContainers()).toEqual([]);
-    rmSync(work, { recursive: true, force: true });
   });
 
   it("ends a crashed harness as agent_error and a hung one as timeout, never env_error or retried; every rollout once, nothing left", { timeout: 600_000 }, async () => {
@@ -104,7 +94,7 @@ describe("worker faults: the harness crashes or hangs", () => {
     const events = new RolloutEvents();
     const seen: RolloutEvent[] = [];
     events.subscribe((e) => seen.push(e));
-    const sender = new Sender({ address, spoolDir: join(work, "tx"), producerId: "harness-faults" });
+    const sender = new Sender({ address: rx.address, spoolDir: join(work, "tx"), producerId: "harness-faults" });
     let result;
     try {
       // Three attempts: an env_error would be retried, so a fault misread as one shows up as a retry.

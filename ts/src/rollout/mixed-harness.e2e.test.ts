@@ -7,41 +7,28 @@
  * reward and statuses by harness.
  */
 import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { RUNTIMES_DIR } from "../harness/index.ts";
-import { ensureBaseImage } from "../sandbox/index.ts";
-import { IMAGE_BUILD_TIMEOUT_MS, leftoverContainers } from "../sandbox/test-support.ts";
-import type { JsonLineProcess } from "../json-line-process.ts";
-import { receivedRows, startReceiver } from "./test-support.ts";
+import { receivedRows, receiverFixture } from "./test-support.ts";
 
 const LEGO = resolve(import.meta.dirname, "../../bin/lego");
 const work = mkdtempSync(join(tmpdir(), "lego-rollout-mixed-"));
 const G = 2;
 
 describe("lego rollout with mixed harnesses", () => {
-  let receiver: JsonLineProcess;
-  let address: string;
-  const rxSpool = join(work, "rx");
-  beforeAll(async () => {
+  const rx = receiverFixture(work, async () => {
     // scripts/setup builds the runtimes; a missing one fails here, never skips.
     expect(existsSync(join(RUNTIMES_DIR, "harness/node_modules/@anthropic-ai/claude-code-linux-x64/claude")), `no Claude Code runtime in ${RUNTIMES_DIR}: run scripts/setup`).toBe(true);
-    await ensureBaseImage();
-    ({ receiver, address } = await startReceiver(rxSpool));
-  }, IMAGE_BUILD_TIMEOUT_MS);
-  afterAll(async () => {
-    receiver?.stop();
-    expect(await leftoverContainers()).toEqual([]);
-    rmSync(work, { recursive: true, force: true });
   });
 
   it("runs each group with one harness, records it on every trajectory and splits the summary by it", { timeout: 900_000 }, async () => {
     const { stdout } = await promisify(execFile)(LEGO, [
       "rollout", "--tasks", "easy:seed=11,count=2", "--harness", "reference=0.5,claude-code=0.5", "--engine", "scripted-gold", "--max-turns", "8",
-      "--group-size", String(G), "--concurrency", "2", "--trainer", address, "--spool-dir", join(work, "tx"), "--producer-id", "mixed",
+      "--group-size", String(G), "--concurrency", "2", "--trainer", rx.address, "--spool-dir", join(work, "tx"), "--producer-id", "mixed",
     ], { timeout: 840_000, maxBuffer: 1 << 24 });
     const lines = stdout.trim().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>);
     const summary = lines.at(-1)!;
@@ -54,7 +41,7 @@ describe("lego rollout with mixed harnesses", () => {
     const cells = summary.rewardByTaskHarness as { task: string; harness: string; rollouts: number }[];
     expect(cells.map((c) => c.harness).sort()).toEqual([...names].sort());
 
-    const rows = receivedRows(rxSpool);
+    const rows = receivedRows(rx.rxSpool);
     expect(rows).toHaveLength(2 * G);
     expect(new Set(rows.map((r) => r.trajectory_id)).size).toBe(2 * G);
     const groups = new Map<string, Record<string, unknown>[]>();

@@ -10,15 +10,13 @@
  * throughput and time per stage.
  */
 import { execFile, spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { PYTHON, type JsonLineProcess } from "../json-line-process.ts";
-import { ensureBaseImage } from "../sandbox/index.ts";
-import { IMAGE_BUILD_TIMEOUT_MS, leftoverContainers } from "../sandbox/test-support.ts";
-import { startReceiver } from "./test-support.ts";
+import { describe, expect, it } from "vitest";
+import { PYTHON } from "../json-line-process.ts";
+import { receiverFixture } from "./test-support.ts";
 
 const LEGO = resolve(import.meta.dirname, "../../bin/lego");
 const work = mkdtempSync(join(tmpdir(), "lego-rollout-overlen-"));
@@ -52,21 +50,10 @@ for f in sorted(pathlib.Path(sys.argv[1], "batches").glob("*.lgrb")):
 }
 
 describe("lego rollout over-length policy, JSON-lines log and summary", () => {
-  let receiver: JsonLineProcess;
-  let address: string;
-  const rxSpool = join(work, "rx");
-  beforeAll(async () => {
-    await ensureBaseImage();
-    ({ receiver, address } = await startReceiver(rxSpool));
-  }, IMAGE_BUILD_TIMEOUT_MS);
-  afterAll(async () => {
-    receiver?.stop();
-    expect(await leftoverContainers()).toEqual([]);
-    rmSync(work, { recursive: true, force: true });
-  });
+  const rx = receiverFixture(work);
 
   it("truncate ships every trajectory cut to the bound; drop ships each without segments or reward and says why; both are counted", { timeout: 900_000 }, async () => {
-    const cut = await rollout("truncate", address);
+    const cut = await rollout("truncate", rx.address);
     // Not a terminal: every line is one JSON event, the last one the summary.
     expect(cut.every((l) => typeof l.event === "string")).toBe(true);
     const kinds = new Set(cut.map((l) => l.event));
@@ -90,7 +77,7 @@ describe("lego rollout over-length policy, JSON-lines log and summary", () => {
     const tokens = s1.tokens as { prompt: number; completion: number; trainable: number };
     expect(tokens.prompt + tokens.completion).toBeGreaterThan(G * LIMIT); // as recorded, before the cut
     expect(s1).toMatchObject({ toolCallParseFailures: 0 });
-    const shapes = segmentShapes(rxSpool);
+    const shapes = segmentShapes(rx.rxSpool);
     expect(shapes).toHaveLength(G);
     for (const sh of shapes) {
       expect(sh.longest).toBe(LIMIT);
@@ -100,7 +87,7 @@ describe("lego rollout over-length policy, JSON-lines log and summary", () => {
       expect(sh.over_length!.tokens).toBeGreaterThan(LIMIT);
     }
 
-    const dropped = await rollout("drop", address);
+    const dropped = await rollout("drop", rx.address);
     const s2 = dropped.at(-1)!;
     expect(s2).toMatchObject({ event: "summary", groupsShipped: 1, trajectoriesShipped: G, overLength: { dropped: G, truncated: 0 }, failures: { over_length: G }, statuses: { ok: G } });
     const drops = dropped.filter((l) => l.event === "over_length");
@@ -108,7 +95,7 @@ describe("lego rollout over-length policy, JSON-lines log and summary", () => {
     for (const e of drops) expect(e.reason).toMatch(new RegExp(`longer than the trainer's ${LIMIT} tokens: dropped`));
     expect(dropped.find((l) => l.event === "group_shipped")).toMatchObject({ trajectories: G, droppedOverLength: G, droppedEnvErrors: 0 });
     // The dropped run's records reached the trainer accounted for, with nothing it could train on.
-    const all = segmentShapes(rxSpool);
+    const all = segmentShapes(rx.rxSpool);
     expect(all).toHaveLength(2 * G);
     const gone = all.filter((sh) => sh.over_length?.action === "dropped");
     expect(gone).toHaveLength(G);

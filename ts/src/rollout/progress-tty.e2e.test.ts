@@ -6,35 +6,22 @@
  * sandboxes into the real receiver.
  */
 import { execFile } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { JsonLineProcess } from "../json-line-process.ts";
-import { ensureBaseImage } from "../sandbox/index.ts";
-import { IMAGE_BUILD_TIMEOUT_MS, leftoverContainers } from "../sandbox/test-support.ts";
-import { startReceiver } from "./test-support.ts";
+import { describe, expect, it } from "vitest";
+import { receiverFixture } from "./test-support.ts";
 
 const LEGO = resolve(import.meta.dirname, "../../bin/lego");
 const work = mkdtempSync(join(tmpdir(), "lego-rollout-tty-"));
 const quote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 
 describe("lego rollout on a terminal", () => {
-  let receiver: JsonLineProcess;
-  let address: string;
-  beforeAll(async () => {
-    await ensureBaseImage();
-    ({ receiver, address } = await startReceiver(join(work, "rx")));
-  }, IMAGE_BUILD_TIMEOUT_MS);
-  afterAll(async () => {
-    receiver?.stop();
-    expect(await leftoverContainers()).toEqual([]);
-    rmSync(work, { recursive: true, force: true });
-  });
+  const rx = receiverFixture(work);
 
   it("draws progress bars and the summary table, not JSON events", { timeout: 400_000 }, async () => {
-    const args = ["rollout", "--tasks", "easy:seed=3,count=2", "--harness", "oracle", "--group-size", "2", "--concurrency", "2", "--trainer", address,
+    const args = ["rollout", "--tasks", "easy:seed=3,count=2", "--harness", "oracle", "--group-size", "2", "--concurrency", "2", "--trainer", rx.address,
       "--spool-dir", join(work, "tx"), "--producer-id", "tty"];
     // -e: script exits with the command's status; stty gives the terminal a width (a fresh pty has none).
     const { stdout } = await promisify(execFile)("script", ["-qefc", `stty cols 200 rows 40; ${[LEGO, ...args].map(quote).join(" ")}`, "/dev/null"], { timeout: 360_000, maxBuffer: 1 << 24 });

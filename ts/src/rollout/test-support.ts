@@ -1,14 +1,51 @@
 /** Test helpers of the rollout concern: the real Python receiver and trainer, and what they spooled. */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { rmSync } from "node:fs";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
+import { afterAll, beforeAll, expect } from "vitest";
 import { JsonLineProcess, PYTHON } from "../json-line-process.ts";
 import { REPO_ROOT } from "../repo-root.ts";
+import { ensureBaseImage } from "../sandbox/index.ts";
+import { IMAGE_BUILD_TIMEOUT_MS, leftoverContainers } from "../sandbox/test-support.ts";
 
 /** Starts `python -m lego_rl.transport receive` on a free port; resolves once it listens. */
 export async function startReceiver(spool: string): Promise<{ receiver: JsonLineProcess; address: string }> {
   const receiver = new JsonLineProcess("receiver", PYTHON, ["-m", "lego_rl.transport", "receive", "--bind", "tcp://127.0.0.1:*", "--spool", spool]);
   const address = (await receiver.waitFor((e) => e.type === "listening", 30_000)).address as string;
   return { receiver, address };
+}
+
+export interface ReceiverFixture {
+  readonly receiver: JsonLineProcess;
+  readonly address: string;
+  /** WORK/rx, the receiver's spool. */
+  readonly rxSpool: string;
+}
+
+/**
+ * What most worker test files share: before their tests, the base image and a real receiver
+ * spooling to WORK/rx (`setUp` runs first, in the same hook); after them, the receiver stopped,
+ * no sandbox container left, WORK removed. Call it inside the `describe`.
+ */
+export function receiverFixture(work: string, setUp?: () => Promise<void>): ReceiverFixture {
+  const rxSpool = join(work, "rx");
+  let started: { receiver: JsonLineProcess; address: string } | undefined;
+  beforeAll(async () => {
+    await setUp?.();
+    await ensureBaseImage();
+    started = await startReceiver(rxSpool);
+  }, IMAGE_BUILD_TIMEOUT_MS);
+  afterAll(async () => {
+    started?.receiver.stop();
+    expect(await leftoverContainers()).toEqual([]);
+    rmSync(work, { recursive: true, force: true });
+  });
+  const get = () => {
+    if (!started) throw new Error("receiverFixture: read before its beforeAll started the receiver");
+    return started;
+  };
+  return { get receiver() { return get().receiver; }, get address() { return get().address; }, rxSpool };
 }
 
 /** The receiver's accepted batches as rows (pyarrow over the receiver's own spool files). */

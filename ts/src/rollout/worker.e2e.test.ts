@@ -5,15 +5,12 @@
  * reward and provenance field arrives, and every trajectory exactly once.
  */
 import { execFile } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ensureBaseImage } from "../sandbox/index.ts";
-import { IMAGE_BUILD_TIMEOUT_MS, leftoverContainers } from "../sandbox/test-support.ts";
-import type { JsonLineProcess } from "../json-line-process.ts";
-import { receivedRows, startReceiver } from "./test-support.ts";
+import { describe, expect, it } from "vitest";
+import { receivedRows, receiverFixture } from "./test-support.ts";
 
 const LEGO = resolve(import.meta.dirname, "../../bin/lego");
 const work = mkdtempSync(join(tmpdir(), "lego-rollout-e2e-"));
@@ -29,22 +26,11 @@ async function rollout(harness: string, trainer: string): Promise<Record<string,
 }
 
 describe("lego rollout end to end", () => {
-  let receiver: JsonLineProcess;
-  let address: string;
-  const rxSpool = join(work, "rx");
-  beforeAll(async () => {
-    await ensureBaseImage();
-    ({ receiver, address } = await startReceiver(rxSpool));
-  }, IMAGE_BUILD_TIMEOUT_MS);
-  afterAll(async () => {
-    receiver?.stop();
-    expect(await leftoverContainers()).toEqual([]);
-    rmSync(work, { recursive: true, force: true });
-  });
+  const rx = receiverFixture(work);
 
   it("ships oracle groups with reward 1 and empty-agent groups with reward 0, each trajectory exactly once", { timeout: 700_000 }, async () => {
-    const oracle = await rollout("oracle", address);
-    const empty = await rollout("empty", address);
+    const oracle = await rollout("oracle", rx.address);
+    const empty = await rollout("empty", rx.address);
     for (const [name, lines, reward] of [["oracle", oracle, 1], ["empty", empty, 0]] as const) {
       const summary = lines.at(-1)!;
       expect(summary).toMatchObject({ event: "summary", groupsShipped: 2, trajectoriesShipped: 2 * G, droppedEnvErrors: 0, statuses: { ok: 2 * G }, rewardByHarness: { [name]: reward } });
@@ -52,7 +38,7 @@ describe("lego rollout end to end", () => {
       expect(lines.filter((l) => l.event === "group_shipped")).toHaveLength(2);
       expect(lines.filter((l) => l.event === "rollout_finished")).toHaveLength(2 * G);
     }
-    const rows = receivedRows(rxSpool);
+    const rows = receivedRows(rx.rxSpool);
     expect(rows).toHaveLength(2 * 2 * G);
     const ids = rows.map((r) => r.trajectory_id as string);
     expect(new Set(ids).size).toBe(ids.length); // exactly once
@@ -71,7 +57,7 @@ describe("lego rollout end to end", () => {
       }
       expect(new Set(mine.map((r) => r.task_id)).size).toBe(2);
     }
-    expect(receiver.events.filter((e) => e.type === "accepted")).toHaveLength(4);
-    expect(receiver.events.filter((e) => e.type === "duplicate" || e.type === "quarantined")).toEqual([]);
+    expect(rx.receiver.events.filter((e) => e.type === "accepted")).toHaveLength(4);
+    expect(rx.receiver.events.filter((e) => e.type === "duplicate" || e.type === "quarantined")).toEqual([]);
   });
 });
