@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { HARNESS_TOOLS, HarnessEngineError, editScript } from "../harness/index.ts";
 import { TaskSourceError, openTaskSource } from "../tasks/index.ts";
-import { DEMO_TASKS, EVAL_TASKS } from "./warm-start.ts";
+import { DEMO_TASKS, EVAL_TASKS, TRAIN_TASKS } from "./warm-start.ts";
 
 const work = mkdtempSync(join(tmpdir(), "lego-demo-tasks-"));
 const cfg = { cacheDir: join(work, "cache"), sdistDir: join(work, "sdists"), repoRoots: [] };
@@ -19,9 +19,11 @@ describe("the demo's tasks", () => {
       expect(t.record!.problem_statement).toMatch(/^In `calc\.py`, `\w+\((\d), \1\)` should return `True`\. Fix the bug\.\n$/);
     }
     expect(set.tasks.filter((t) => t.split === "test").length).toBeGreaterThanOrEqual(5);
-    const train = await openTaskSource(DEMO_TASKS, cfg);
-    const trainIds = new Set(train.tasks.map((t) => t.id));
-    expect(set.tasks.filter((t) => trainIds.has(t.id))).toEqual([]);
+    for (const source of [DEMO_TASKS, TRAIN_TASKS]) {
+      const train = await openTaskSource(source, cfg);
+      const trainIds = new Set(train.tasks.map((t) => t.id));
+      expect(set.tasks.filter((t) => trainIds.has(t.id)), source).toEqual([]);
+    }
   });
 
   it("reject an unknown template or module with the options there are", async () => {

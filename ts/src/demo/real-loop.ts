@@ -24,7 +24,7 @@ import { defaultTasksConfig, openTaskSource, type EvalReport } from "../tasks/in
 import { assetsBuilt, DEFAULT_ASSETS_DIR, TokenText, UiServer } from "../ui/index.ts";
 import { JsonLineProcess, PYTHON } from "../json-line-process.ts";
 import { evaluateHeldOut, type HeldOutEval } from "./evaluate.ts";
-import { DEMO_TASKS, EVAL_TASKS, baseModel, defaultCacheRoot, ensureDemonstrations, warmStart, type SftSummary } from "./warm-start.ts";
+import { DEMO_TASKS, EVAL_TASKS, TRAIN_TASKS, baseModel, defaultCacheRoot, ensureDemonstrations, warmStart, type SftSummary } from "./warm-start.ts";
 
 const LEGO = join(REPO_ROOT, "ts/bin/lego");
 
@@ -60,21 +60,24 @@ export interface RealLoopOptions {
 }
 
 export const DEFAULT_LOOP: Omit<RealLoopOptions, "workDir" | "log"> = {
-  steps: 8,
+  // Measured on 2026-12-06 (docs/demo.md, "Calibration"): one task group per step over TRAIN_TASKS' 48.
+  steps: 48,
   groupSize: 8,
   concurrency: 4,
-  // 60 steps measured too few (docs/demo.md: per-token p ~0.8); 150 is the next measurement, not yet calibrated.
-  sftSteps: 150,
+  // 120 leaves held-out pass@1 at ~0.2-0.3 (80: 0, 100: 0.06), room to rise; 150 left ~0.8, none.
+  sftSteps: 120,
   sftLr: 1e-2,
   sftBatch: 2,
   seed: 0,
-  lr: 1e-3,
+  // AdamW's first steps move every weight by ~lr whatever its gradient: 1e-3 collapsed the policy to 0 in one update.
+  lr: 3e-4,
   lossAggregation: "token_sum_norm",
   harness: "reference",
   demoTasks: DEMO_TASKS,
-  tasks: DEMO_TASKS,
+  tasks: TRAIN_TASKS,
   evalTasks: EVAL_TASKS,
-  eval: { k: 4, maxTokensPerTurn: 96, maxTurns: 3, temperature: 1 },
+  // 8 samples of each of the 13 held-out tasks: with 4, two evaluations of the same model differed by up to 0.1.
+  eval: { k: 8, maxTokensPerTurn: 96, maxTurns: 3, temperature: 1 },
   ui: true,
   gspoBoundMs: 3_600_000,
 };

@@ -22,6 +22,8 @@ const LEGO = join(REPO_ROOT, "ts/bin/lego");
 /** Training demonstrations and evaluation tasks come from different seeds of the family, never the same tasks. */
 export const DEMO_TASKS = "easy:seed=101,count=24,template=comparison,module=calc";
 export const EVAL_TASKS = "easy:seed=7,count=40,template=comparison,module=calc";
+/** GSPO's tasks, one group per step: the same seed as the demonstrations, twice as many (measured: 48 steps). */
+export const TRAIN_TASKS = "easy:seed=101,count=48,template=comparison,module=calc";
 /** Demonstrations are the gold fix said with the edit tool: what the instruction determines, no file read first. */
 export const DEMO_ENGINE = "scripted-edit";
 
