@@ -79,7 +79,8 @@ class TrainerRank:
 
     def save(self, root: str, position: TrainerPosition) -> str:
         assert self.updater is not None
-        path = self._store(root).save(self.model, self.updater.optimizer, position, point_latest=self.world == 1)
+        # LATEST moves (and old checkpoints go) once, by the coordinator, after every rank saved.
+        path = self._store(root).save(self.model, self.updater.optimizer, position, point_latest=False)
         return path.name
 
     def weights(self) -> dict[str, torch.Tensor]:
@@ -187,8 +188,7 @@ class RayPolicy:
 
     def save(self, store: CheckpointStore, position: TrainerPosition) -> None:
         names = ray.get(self.trainers.async_save(store.root, position))
-        if self.trainers.world > 1:
-            store.point_latest(names[0])
+        store.point_latest(names[0])
 
     def publish(self, version: int) -> None:
         weights = self.trainers.async_weights()

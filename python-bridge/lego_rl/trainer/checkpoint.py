@@ -6,6 +6,10 @@ Layout under the checkpoint root:
                                           param_groups and scalars as JSON metadata
     step-00000012/trainer.json            step, policy version, consumed batch ids
     LATEST                                name of the newest complete checkpoint
+(with expert-parallel ranks, each rank's under rank-<i>/ and one LATEST at the root).
+Only the newest `keep` checkpoints stay (the one LATEST names always does): the
+trainer saves after every step, and each holds the weights and twice their size in
+AdamW moments, so keeping all filled a 250 GB disk in a few demo runs.
 A checkpoint is written into a temporary folder, fsynced and renamed, and only
 then does LATEST move (by atomic rename), so a trainer killed at any point
 resumes from the last complete step. No pickle: optimizer state is stored as
@@ -74,6 +78,8 @@ class CheckpointStore:
     """Reads and writes checkpoints under one root folder."""
 
     root: Path
+    keep: int = 2
+    """Complete checkpoints kept, newest first (0: all). Two, so the previous one survives while the next is written."""
 
     def save(
         self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, position: TrainerPosition, *, point_latest: bool = True
@@ -112,6 +118,21 @@ class CheckpointStore:
         fsync_file(pointer)
         pointer.rename(self.root / LATEST)
         fsync_dir(self.root)
+        self.prune(latest=name)
+
+    def prune(self, *, latest: str) -> list[Path]:
+        """Removes checkpoints older than the newest `keep` (here and in rank-*/), never `latest`; returns them."""
+        if self.keep <= 0:
+            return []
+        removed: list[Path] = []
+        for folder in [self.root, *sorted(self.root.glob("rank-*"))]:
+            # step-NNNNNNNN sorts by step; partial folders start with "." and are not matched.
+            steps = sorted((p for p in folder.glob("step-*") if p.is_dir()), key=lambda p: p.name, reverse=True)
+            for old in steps[self.keep:]:
+                if old.name != latest:
+                    shutil.rmtree(old)
+                    removed.append(old)
+        return removed
 
     def latest_name(self) -> str | None:
         pointer = self.root / LATEST

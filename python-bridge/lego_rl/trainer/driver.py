@@ -88,6 +88,8 @@ class LoopConfig:
 
     checkpoint_dir: Path
     """Where checkpoints (and the resume point) live."""
+    keep_checkpoints: int = 2
+    """How many of the newest checkpoints stay (0: all); one is written after every step."""
     max_steps: int | None = None
     """Stop after this many updates (None: until the source ends)."""
     max_staleness: int | None = None
@@ -173,7 +175,7 @@ def train(
     published), on this thread:
     e.g. `ReceiverSource.announce`, which tells rollout workers the trainer's version.
     """
-    store = CheckpointStore(root=config.checkpoint_dir)
+    store = CheckpointStore(root=config.checkpoint_dir, keep=config.keep_checkpoints)
     position = policy.resume(store)
     if announce is not None:
         announce(position.policy_version)

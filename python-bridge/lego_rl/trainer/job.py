@@ -78,6 +78,8 @@ class SourceConfig:
 class CheckpointConfig:
     dir: Path
     """Checkpoint folder; training resumes from it."""
+    keep: int = 2
+    """Newest checkpoints kept (0: all); the trainer writes one after every step."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -190,7 +192,7 @@ class JobConfig:
                           replay_routing=self.training.replay_routing)
 
     def loop_config(self) -> LoopConfig:
-        return LoopConfig(checkpoint_dir=self.checkpoint.dir, max_steps=self.training.max_steps,
+        return LoopConfig(checkpoint_dir=self.checkpoint.dir, keep_checkpoints=self.checkpoint.keep, max_steps=self.training.max_steps,
                           max_staleness=self.training.max_staleness)
 
 
@@ -214,6 +216,8 @@ class _Flag:
 FLAGS: tuple[_Flag, ...] = (
     _Flag(key="model.path", flag="--model", help="HF-layout model directory (config.json + safetensors)"),
     _Flag(key="checkpoint.dir", flag="--checkpoints", help="checkpoint folder; training resumes from it"),
+    _Flag(key="checkpoint.keep", flag="--keep-checkpoints", metavar="N",
+          help="newest checkpoints kept (default 2; 0: all): one is written after every step"),
     _Flag(key="source.spool", flag="--spool", help="train on the Trajectory .arrow batches in this folder"),
     _Flag(key="source.toy_steps", flag="--toy-steps", scope="cluster", metavar="N",
           help="train on-policy on the built-in toy task for N steps"),

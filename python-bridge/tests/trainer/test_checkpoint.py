@@ -63,3 +63,34 @@ def test_a_checkpoint_for_another_model_is_refused_with_the_mismatch_named(tmp_p
 
 def test_no_checkpoint_yet_means_start_from_scratch(tmp_path: Path) -> None:
     assert CheckpointStore(root=tmp_path / "none").latest() is None
+
+
+def test_only_the_newest_checkpoints_stay_and_the_one_latest_names_always_does(tmp_path: Path) -> None:
+    store = CheckpointStore(root=tmp_path, keep=2)
+    model, optimizer = _model_and_optimizer()
+    for step in range(1, 5):
+        _step(model, optimizer, step)
+        store.save(model, optimizer, TrainerPosition(step=step, policy_version=step))
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000003", "step-00000004"]
+    assert store.latest() == tmp_path / "step-00000004"
+    # Expert-parallel ranks save under rank-<i>/ and the coordinator moves LATEST after all of them.
+    for rank in ("rank-0", "rank-1"):
+        rank_store = CheckpointStore(root=tmp_path / "ranks" / rank)
+        for step in range(1, 4):
+            rank_store.save(model, optimizer, TrainerPosition(step=step, policy_version=step), point_latest=False)
+    coordinator = CheckpointStore(root=tmp_path / "ranks", keep=1)
+    coordinator.point_latest("step-00000003")
+    for rank in ("rank-0", "rank-1"):
+        assert [p.name for p in (tmp_path / "ranks" / rank).glob("step-*")] == ["step-00000003"]
+    # The step LATEST names is never pruned from under it, even when it is not among the newest.
+    store = CheckpointStore(root=tmp_path, keep=1)
+    store.point_latest("step-00000003")
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000003", "step-00000004"]
+
+
+def test_keep_zero_keeps_every_checkpoint(tmp_path: Path) -> None:
+    store = CheckpointStore(root=tmp_path, keep=0)
+    model, optimizer = _model_and_optimizer()
+    for step in range(1, 4):
+        store.save(model, optimizer, TrainerPosition(step=step, policy_version=step))
+    assert len(list(tmp_path.glob("step-*"))) == 3
