@@ -77,10 +77,12 @@ class TrainerRank:
                          loss_scale=loss_scale)
         return self.updater.update(step)
 
-    def save(self, root: str, position: TrainerPosition) -> str:
+    def save(self, root: str, position: TrainerPosition, keep: int) -> str:
         assert self.updater is not None
-        # LATEST moves (and old checkpoints go) once, by the coordinator, after every rank saved.
-        path = self._store(root).save(self.model, self.updater.optimizer, position, point_latest=False)
+        # A lone rank moves LATEST (and prunes) on its own node's disk, where it resumes from; with several,
+        # the coordinator does both once every rank saved (their checkpoint folder is shared).
+        store = CheckpointStore(root=self._store(root).root, keep=keep)
+        path = store.save(self.model, self.updater.optimizer, position, point_latest=self.world == 1)
         return path.name
 
     def weights(self) -> dict[str, torch.Tensor]:
@@ -143,8 +145,8 @@ class TrainerGroup:
             for rank, share in zip(self.ranks, shares)
         ]
 
-    def async_save(self, root: Path, position: TrainerPosition) -> list[Any]:
-        return [rank.save.remote(str(root), position) for rank in self.ranks]
+    def async_save(self, root: Path, position: TrainerPosition, keep: int) -> list[Any]:
+        return [rank.save.remote(str(root), position, keep) for rank in self.ranks]
 
     def async_weights(self) -> Any:
         refs = [rank.weights.remote() for rank in self.ranks]  # all ranks join the gather
@@ -187,8 +189,9 @@ class RayPolicy:
         return metrics
 
     def save(self, store: CheckpointStore, position: TrainerPosition) -> None:
-        names = ray.get(self.trainers.async_save(store.root, position))
-        store.point_latest(names[0])
+        names = ray.get(self.trainers.async_save(store.root, position, store.keep))
+        if self.trainers.world > 1:
+            store.point_latest(names[0])
 
     def publish(self, version: int) -> None:
         weights = self.trainers.async_weights()

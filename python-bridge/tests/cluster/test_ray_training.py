@@ -41,6 +41,8 @@ def test_a_local_ray_run_trains_publishes_and_checkpoints_every_step(model_dir: 
     assert summary["steps"] == 4 and summary["policy_version"] == 4
     store = CheckpointStore(root=tmp_path / "ckpt")
     assert store.latest() == tmp_path / "ckpt" / "step-00000004"
+    # The newest two stay (--keep-checkpoints' default); one is written after every step.
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("step-*")) == ["step-00000003", "step-00000004"]
     steps = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert [s["policy_version"] for s in steps] == [1, 2, 3, 4]
     assert all(s["mismatch/pearson_prob"] > 0.999 for s in steps)
@@ -53,6 +55,7 @@ def test_two_trainer_ranks_shard_the_experts_and_checkpoint_every_rank(model_dir
     assert (tmp_path / "ckpt" / "LATEST").read_text() == "step-00000004"
     for rank in (0, 1):
         assert (tmp_path / "ckpt" / f"rank-{rank}" / "step-00000004" / "trainer.json").exists()
+        assert sorted(p.name for p in (tmp_path / "ckpt" / f"rank-{rank}").glob("step-*")) == ["step-00000003", "step-00000004"]
     steps = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert all(s["parallel/expert_ranks"] == 2 for s in steps)
     assert all(s["mismatch/pearson_prob"] > 0.999 for s in steps)
