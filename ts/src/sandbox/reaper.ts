@@ -59,13 +59,8 @@ export async function containersOfRun(runId: string): Promise<string[]> {
   return list.map((c) => c.Id);
 }
 
-/**
- * Removes this run's containers of the given rollouts (label `rollout` = ID or ID.…), for an owner
- * whose own removals failed while the daemon was away: once it answers again nothing is left behind.
- * Other owners in the same process keep theirs (they ran other rollouts).
- */
-export async function removeRolloutContainers(rolloutIds: ReadonlySet<string>): Promise<string[]> {
-  if (rolloutIds.size === 0) return [];
+/** Removes the containers of this process's run that `pick` chooses (gone already: not an error); returns their ids. */
+async function removeThisRunsContainers(pick: (labels: Record<string, string>) => boolean): Promise<string[]> {
   const docker = dockerClient();
   let list: Awaited<ReturnType<typeof docker.listContainers>>;
   try {
@@ -73,18 +68,28 @@ export async function removeRolloutContainers(rolloutIds: ReadonlySet<string>): 
   } catch (e) {
     throw daemonError(e, "list containers of this run");
   }
-  const mine = list.filter((c) => {
-    const r = c.Labels?.[LABEL.rollout] ?? "";
-    return [...rolloutIds].some((id) => r === id || r.startsWith(`${id}.`));
-  });
+  const chosen = list.filter((c) => pick(c.Labels ?? {}));
   await Promise.all(
-    mine.map((c) =>
+    chosen.map((c) =>
       docker.getContainer(c.Id).remove({ force: true, v: true }).catch((e: { statusCode?: number }) => {
         if (e.statusCode !== 404 && e.statusCode !== 409) throw daemonError(e, `remove ${c.Id.slice(0, 12)}`);
       }),
     ),
   );
-  return mine.map((c) => c.Id);
+  return chosen.map((c) => c.Id);
+}
+
+/**
+ * Removes this run's containers of the given rollouts (label `rollout` = ID or ID.…), for an owner
+ * whose own removals failed while the daemon was away: once it answers again nothing is left behind.
+ * Other owners in the same process keep theirs (they ran other rollouts).
+ */
+export async function removeRolloutContainers(rolloutIds: ReadonlySet<string>): Promise<string[]> {
+  if (rolloutIds.size === 0) return [];
+  return removeThisRunsContainers((labels) => {
+    const r = labels[LABEL.rollout] ?? "";
+    return [...rolloutIds].some((id) => r === id || r.startsWith(`${id}.`));
+  });
 }
 
 /**
@@ -93,19 +98,5 @@ export async function removeRolloutContainers(rolloutIds: ReadonlySet<string>): 
  * leaves nothing behind. Other processes' containers are not touched.
  */
 export async function removeRunContainers(): Promise<string[]> {
-  const docker = dockerClient();
-  let list: Awaited<ReturnType<typeof docker.listContainers>>;
-  try {
-    list = await docker.listContainers({ all: true, filters: { label: [`${LABEL.run}=${currentRun().runId}`] } });
-  } catch (e) {
-    throw daemonError(e, "list containers of this run");
-  }
-  await Promise.all(
-    list.map((c) =>
-      docker.getContainer(c.Id).remove({ force: true, v: true }).catch((e: { statusCode?: number }) => {
-        if (e.statusCode !== 404 && e.statusCode !== 409) throw daemonError(e, `remove ${c.Id.slice(0, 12)}`);
-      }),
-    ),
-  );
-  return list.map((c) => c.Id);
+  return removeThisRunsContainers(() => true);
 }
