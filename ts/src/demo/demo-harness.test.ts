@@ -8,19 +8,20 @@
  * short engine call. `--sft-steps 0` skips the warm start (demonstrations would cost minutes on a
  * fresh machine and the reference harness's format teaches Codex nothing anyway).
  */
-import { spawnSync, execFileSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { REPO_ROOT } from "../repo-root.ts";
+import { containersOfProcess } from "../sandbox/index.ts";
 
 const LEGO = join(REPO_ROOT, "ts/bin/lego");
 const work = mkdtempSync(join(tmpdir(), "lego-demo-harness-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 describe("lego demo --harness", () => {
-  it("runs the whole loop in Codex CLI with the tiny model, reports the rewards and updates honestly, and leaves no sandbox", { timeout: 900_000 }, () => {
+  it("runs the whole loop in Codex CLI with the tiny model, reports the rewards and updates honestly, and leaves no sandbox", { timeout: 900_000 }, async () => {
     const run = spawnSync(LEGO, [
       "demo", "--harness", "codex", "--sft-steps", "0", "--steps", "1", "--group-size", "2", "--eval-k", "1", "--no-ui",
       "--tasks", "easy:seed=101,count=1,template=comparison,module=calc",
@@ -44,7 +45,7 @@ describe("lego demo --harness", () => {
     expect(record).toMatchObject({ harness: "codex", held_out: true, warm_start: false });
     expect(record.processes).toHaveLength(3);
     for (const pid of record.processes) {
-      expect(execFileSync("docker", ["ps", "-aq", "--filter", `label=lego-rl.pid=${pid}`], { encoding: "utf8", timeout: 60_000 }).trim()).toBe("");
+      expect(await containersOfProcess(pid)).toEqual([]);
     }
 
     // The report says which harness, and says so when no update ran.

@@ -15,11 +15,12 @@
  * model there usually scores 0 and no group has the reward variance an update needs.
  * The report says so (updates: 0) rather than pretending to learn.
  */
-import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { createWriteStream, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { REPO_ROOT } from "../repo-root.ts";
+import { containersOfProcess } from "../sandbox/index.ts";
 import { defaultTasksConfig, openTaskSource, type EvalReport } from "../tasks/index.ts";
 import { assetsBuilt, DEFAULT_ASSETS_DIR, TokenText, UiServer } from "../ui/index.ts";
 import { JsonLineProcess, PYTHON } from "../json-line-process.ts";
@@ -138,11 +139,6 @@ function stepLine(s: StepLine): string {
   return `  step ${String(s.step).padStart(2)}  v${s.policy_version}  reward ${f(s["rollout/reward_mean"], 3)}  ` +
     `Pearson ${f(s["mismatch/pearson_prob"], 6)}  k3 KL ${f(s["mismatch/k3_kl"], 5)}  turns ${f(s["rollout/turns_mean"], 1)}  ` +
     `tool calls ${f(s["rollout/tool_calls_mean"], 1)}  ${s["batch/groups_trained"] ? "" : "(identical rewards: no update) "}${s["time/step_s"].toFixed(1)} s`;
-}
-
-/** Sandbox containers still there that process `pid` created (every sandbox carries its creator's pid label). */
-export function containersOf(pid: number): string[] {
-  return execFileSync("docker", ["ps", "-aq", "--filter", `label=lego-rl.pid=${pid}`], { encoding: "utf8", timeout: 60_000 }).split("\n").filter(Boolean);
 }
 
 /** A child process whose output goes to files; resolves with its exit code. */
@@ -297,7 +293,7 @@ export async function runRealLoop(opts: RealLoopOptions): Promise<DemoSummary> {
     opts.log(`${heldOut ? "held-out " : ""}after: ${describeEval(after, heldOut)} (model ${trained.finalModel})`);
     const pearsons = trained.steps.map((s) => s["mismatch/pearson_prob"]).filter((p): p is number => p !== undefined);
     const updates = trained.steps.filter((s) => s["batch/groups_trained"]).length;
-    const left = pids.flatMap((pid) => containersOf(pid));
+    const left = (await Promise.all(pids.map((pid) => containersOfProcess(pid)))).flat();
     if (left.length) opts.log(`sandbox containers left behind by the run's processes (${pids.join(", ")}): ${left.join(" ")}`);
     const minutes = (Date.now() - started) / 60_000;
     const settings = { ...opts, log: undefined, sft: sft && { steps: sft.steps, loss_first: sft.loss_first, loss_last: sft.loss_last } };

@@ -16,8 +16,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { dockerClient } from "../sandbox/docker.ts";
-import { ensureBaseImage, LABEL } from "../sandbox/index.ts";
+import { containersOfProcess, ensureBaseImage } from "../sandbox/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS } from "../sandbox/test-support.ts";
 import type { JsonLineProcess } from "../transport/bench-peers.ts";
 import { receivedRows, startReceiver } from "./test-support.ts";
@@ -121,7 +120,6 @@ describe("worker faults: Docker daemon unavailable", () => {
     expect(rows.every((r) => r.status === "ok" && r.reward === 1)).toBe(true); // never a reward 0 from a dead daemon
 
     // Nothing the worker created survives it (asked of the real daemon, by the worker's pid label).
-    const mine = await dockerClient().listContainers({ all: true, filters: { label: [LABEL.pid] } });
-    expect(mine.filter((c) => (c.Labels[LABEL.pid] ?? "").startsWith(`${proc.pid}:`)).map((c) => c.Id)).toEqual([]);
+    expect(await containersOfProcess(proc.pid!)).toEqual([]);
   });
 });

@@ -21,8 +21,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { dockerClient } from "../sandbox/docker.ts";
-import { LABEL } from "../sandbox/index.ts";
+import { containersOfProcess } from "../sandbox/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS, fixtureImages } from "../sandbox/test-support.ts";
 import { REPO_ROOT } from "../repo-root.ts";
 import { JsonLineProcess, PYTHON } from "../json-line-process.ts";
@@ -71,8 +70,7 @@ async function expectAccounted(run: { lines: Line[]; pid: number }, rx: string) 
   const rows = receivedRows(rx);
   expect(rows.map((r) => r.trajectory_id).sort()).toEqual(graded.map((f) => f.trajectoryId).sort());
   expect(rows.every((r) => r.status !== "env_error")).toBe(true);
-  const mine = await dockerClient().listContainers({ all: true, filters: { label: [LABEL.pid] } });
-  expect(mine.filter((c) => (c.Labels[LABEL.pid] ?? "").startsWith(`${run.pid}:`)).map((c) => c.Id)).toEqual([]);
+  expect(await containersOfProcess(run.pid)).toEqual([]);
   return { finished, graded };
 }
 

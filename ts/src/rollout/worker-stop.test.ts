@@ -13,8 +13,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { dockerClient } from "../sandbox/docker.ts";
-import { LABEL, ensureBaseImage } from "../sandbox/index.ts";
+import { containersOfProcess, ensureBaseImage } from "../sandbox/index.ts";
 import { IMAGE_BUILD_TIMEOUT_MS } from "../sandbox/test-support.ts";
 import type { JsonLineProcess } from "../transport/bench-peers.ts";
 import { receivedRows, startReceiver } from "./test-support.ts";
@@ -39,11 +38,6 @@ function startWorker(trainer: string, extra: string[] = [], spool = "tx") {
     new Promise<never>((_, j) => setTimeout(() => j(new Error("the worker did not exit within 400 s")), 400_000)),
   ]);
   return { proc, lines, exited, onLine: (f: () => void) => listeners.push(f) };
-}
-
-async function containersOf(pid: number): Promise<string[]> {
-  const list = await dockerClient().listContainers({ all: true, filters: { label: [LABEL.pid] } });
-  return list.filter((c) => (c.Labels[LABEL.pid] ?? "").startsWith(`${pid}:`)).map((c) => c.Id);
 }
 
 describe("worker stop", () => {
@@ -73,7 +67,7 @@ describe("worker stop", () => {
     expect(shippedBefore.length).toBeLessThan(4);
     // No group started after the stop, and none cut short shipped: what shipped is what the summary counts.
     expect(stopped.result.groupsShipped).toBe(shippedBefore.length);
-    expect(await containersOf(one.proc.pid!)).toEqual([]);
+    expect(await containersOfProcess(one.proc.pid!)).toEqual([]);
 
     const two = startWorker(address);
     expect(await two.exited).toBe(0);
@@ -81,7 +75,7 @@ describe("worker stop", () => {
     expect(summary).toMatchObject({ event: "summary", runId: stopped.runId, resumed: true, stopped: false });
     expect(summary.result.groupsShippedBefore).toBe(shippedBefore.length);
     expect(summary.result.groupsShipped + summary.result.groupsShippedBefore).toBe(4);
-    expect(await containersOf(two.proc.pid!)).toEqual([]);
+    expect(await containersOfProcess(two.proc.pid!)).toEqual([]);
 
     const rows = receivedRows(join(work, "rx"));
     expect(rows.map((r) => r.trajectory_id).sort()).toEqual([...new Set(rows.map((r) => r.trajectory_id))].sort());
@@ -105,6 +99,6 @@ describe("worker stop", () => {
     expect(await worker.exited).toBe(143);
     expect(Date.now() - signalled).toBeLessThan(30_000);
     expect(worker.lines.at(-1)).toMatchObject({ event: "summary", stopped: true, result: { groupsShipped: 1, stopped: true } });
-    expect(await containersOf(worker.proc.pid!)).toEqual([]);
+    expect(await containersOfProcess(worker.proc.pid!)).toEqual([]);
   });
 });

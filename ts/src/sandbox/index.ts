@@ -14,7 +14,7 @@ export { ConcurrencyLimit } from "./concurrency.ts";
 export { runStages, type AgentProgram, type RecordFileSpec, type RolloutRequest, type SandboxSource, type StageConfig } from "./stages.ts";
 export { DEFAULT_PROTECTED_PATHS, ProtectedPaths } from "./protected-paths.ts";
 export { FORWARDER_PORT } from "./proxy-route.ts";
-export { reapDeadRuns, removeRolloutContainers, removeRunContainers } from "./reaper.ts";
+export { containersOfProcess, reapDeadRuns, removeRolloutContainers, removeRunContainers } from "./reaper.ts";
 export { currentDockerEndpoint, dockerEndpoint, withDockerEndpoint, type DockerEndpoint } from "./docker.ts";
 export { copyImage } from "./image-copy.ts";
 export { imageExists } from "./base-image.ts";

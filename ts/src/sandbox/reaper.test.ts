@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 import { ensureBaseImage } from "./base-image.ts";
 import { Sandbox } from "./container.ts";
 import { dockerClient } from "./docker.ts";
-import { containersOfRun, reapDeadRuns } from "./reaper.ts";
+import { containersOfProcess, containersOfRun, reapDeadRuns } from "./reaper.ts";
 import { LABEL, OWNER } from "./types.ts";
 
 const HOLDER = fileURLToPath(new URL("./fixtures/hold-containers.ts", import.meta.url));
@@ -31,12 +31,16 @@ describe("reaper", () => {
     const [line] = (await once(child.stdout, "data")) as [Buffer];
     expect(line.toString().trim().split(" ")).toHaveLength(3);
     expect(await containersOfRun(runId)).toHaveLength(3);
+    // Found by their creator's pid (the label is PID:START, which the daemon's exact filter cannot match).
+    expect((await containersOfProcess(child.pid!)).sort()).toEqual((await containersOfRun(runId)).sort());
+    expect(await containersOfProcess(process.pid)).toEqual([mine.id]);
     // SIGKILL: nothing gets to clean up.
     child.kill("SIGKILL");
     await once(child, "exit");
 
     const report = await reapDeadRuns();
     expect(await containersOfRun(runId)).toEqual([]);
+    expect(await containersOfProcess(child.pid!)).toEqual([]);
     expect(report.removed.length).toBeGreaterThanOrEqual(3);
     expect((await mine.state()).running).toBe(true);
     await mine.remove();

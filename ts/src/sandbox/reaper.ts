@@ -53,6 +53,15 @@ export async function reapDeadRuns(opts: ReapOptions = {}): Promise<ReapReport> 
   return { removed: doomed.map((c) => c.Id), kept: list.length - doomed.length, quotaStaging };
 }
 
+/**
+ * Containers a process created that still exist: its label is `PID:START` (container.ts), so the
+ * daemon's exact-value label filter cannot select it and the prefix is matched here.
+ */
+export async function containersOfProcess(pid: number): Promise<string[]> {
+  const list = await dockerClient().listContainers({ all: true, filters: { label: [LABEL.pid] } });
+  return list.filter((c) => (c.Labels?.[LABEL.pid] ?? "").startsWith(`${pid}:`)).map((c) => c.Id);
+}
+
 /** Containers of one run that still exist (tests assert this is zero). */
 export async function containersOfRun(runId: string): Promise<string[]> {
   const list = await dockerClient().listContainers({ all: true, filters: { label: [`${LABEL.run}=${runId}`] } });
