@@ -61,7 +61,10 @@ describe("worker faults: the Docker daemon restarts", () => {
       "rollout", "--tasks", "easy:seed=29,count=4", "--harness", "oracle", "--group-size", "2", "--concurrency", "2",
       "--trainer", address, "--spool-dir", join(work, "tx"), "--producer-id", "daemon-restart", "--max-attempts", "5",
       "--docker-host", daemon.endpoint,
-    ], { stdio: ["ignore", "pipe", "inherit"] });
+    ], { stdio: ["ignore", "pipe", "pipe"] });
+    // Kept for the failure message: a worker that ends with an exception says why only on stderr.
+    let stderr = "";
+    proc.stderr!.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-8000)));
     const lines: Line[] = [];
     let phase: "before" | "armed" | "stopped" | "rearmed" | "killed" = "before";
     let restartedOnce = false;
@@ -88,7 +91,7 @@ describe("worker faults: the Docker daemon restarts", () => {
       new Promise<never>((_, j) => setTimeout(() => j(new Error("worker did not finish in 500 s")), 500_000)),
     ]);
     await Promise.all(transitions);
-    const log = `the worker's events:\n${lines.map((x) => JSON.stringify(x)).join("\n")}`;
+    const log = `the worker's events:\n${lines.map((x) => JSON.stringify(x)).join("\n")}\nits stderr (tail):\n${stderr}`;
     expect(code, log).toBe(0);
     expect(phase, log).toBe("killed");
 

@@ -104,8 +104,15 @@ export class AgentSandbox {
       rmSync(slot, { recursive: true, force: true });
       throw e;
     }
-    const { pid } = await sandbox.state();
-    return new AgentSandbox(sandbox, slot, await armNetworkGuard(pid), pid, [...mounts.map((m) => m.containerPath), "/tmp"]);
+    try {
+      const { pid } = await sandbox.state();
+      return new AgentSandbox(sandbox, slot, await armNetworkGuard(pid), pid, [...mounts.map((m) => m.containerPath), "/tmp"]);
+    } catch (e) {
+      // Started but not inspectable (the daemon went away): nobody else holds the container or the slot.
+      await sandbox.remove().catch(() => {});
+      rmSync(slot, { recursive: true, force: true });
+      throw e;
+    }
   }
 
   /**

@@ -30,7 +30,7 @@ import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, 
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
-import { SandboxEnvError, type SandboxErrorContext } from "./errors.ts";
+import { SandboxEnvError, daemonError, type SandboxErrorContext } from "./errors.ts";
 import { currentRun } from "./run-identity.ts";
 
 const run = promisify(execFile);
@@ -137,7 +137,14 @@ function quotaError(why: string, ctx: SandboxErrorContext, cause?: unknown): San
 
 /** The layer folder of a created container, and Docker's `link` and `lower` files in it, which a mount over it hides. */
 async function layerOf(container: Docker.Container, ctx: SandboxErrorContext): Promise<{ layer: string; keep: Array<readonly [string, Buffer]> }> {
-  const layer = await layerDirOf(container);
+  let layer: string | undefined;
+  try {
+    layer = await layerDirOf(container);
+  } catch (e) {
+    // A daemon going down (or a container removed under us) answers the inspect with an error: the
+    // environment's failure, retried as such, not an exception that ends the worker.
+    throw daemonError(e, "inspect container for its disk quota", ctx);
+  }
   if (!layer || !existsSync(join(layer, "diff"))) throw quotaError("the container's layer is not an overlay2 folder this process can see", ctx);
   const keep = ["link", "lower"].filter((f) => existsSync(join(layer, f))).map((f) => [f, readFileSync(join(layer, f))] as const);
   return { layer, keep };
@@ -163,7 +170,11 @@ export async function armDiskQuota(container: Docker.Container, bytes: number, c
     const moved = await run("mount", ["--move", prepared.mnt, layer]).then(() => true, () => false);
     if (moved) {
       rmSync(prepared.dir, { recursive: true, force: true });
-      for (const [name, content] of keep) writeFileSync(join(layer, name), content);
+      try {
+        for (const [name, content] of keep) writeFileSync(join(layer, name), content);
+      } catch (e) {
+        throw quotaError(`could not restore the container's layer files: ${(e as Error).message}`, ctx, e);
+      }
       return layer;
     }
     // A host where the move is refused (a shared parent mount): make one in place, as without a pool.
@@ -182,8 +193,12 @@ export async function armDiskQuota(container: Docker.Container, bytes: number, c
   }
   // Mounted: the file's blocks now belong to the mount alone.
   rmSync(dir, { recursive: true, force: true });
-  for (const [name, content] of keep) writeFileSync(join(layer, name), content);
-  makeLayerFolders(layer);
+  try {
+    for (const [name, content] of keep) writeFileSync(join(layer, name), content);
+    makeLayerFolders(layer);
+  } catch (e) {
+    throw quotaError(`could not lay out the container's layer folder: ${(e as Error).message}`, ctx, e);
+  }
   return layer;
 }
 

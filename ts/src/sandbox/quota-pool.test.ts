@@ -7,6 +7,7 @@ import { ensureBaseImage } from "./base-image.ts";
 import { containerCreateOptions, Sandbox } from "./container.ts";
 import { armDiskQuota, disposeQuota, layerDirOf, prepareQuota } from "./disk-quota.ts";
 import { dockerClient } from "./docker.ts";
+import { SandboxEnvError } from "./errors.ts";
 import { configureSandboxHost } from "./host-settings.ts";
 import { drainQuotaPools, quotaPoolReady, takePreparedQuota, warmQuotaPool } from "./quota-pool.ts";
 import { reapDeadRuns } from "./reaper.ts";
@@ -134,6 +135,20 @@ describe("quota filesystem pool", () => {
     } finally {
       configureSandboxHost(before);
     }
+  });
+
+  it("a container the daemon no longer knows (a daemon going down, a removal under us) fails as the daemon's error, and its prepared filesystem is unmounted", async () => {
+    const { tag } = await ensureBaseImage();
+    const container = await dockerClient().createContainer(containerCreateOptions({ image: tag, rolloutId: "quota-gone", stage: "agent" }));
+    await container.remove({ force: true, v: true });
+    const prepared = await prepareQuota(BYTES);
+    // Not a bare dockerode error: the worker retries a SandboxEnvError, while anything else ends its run.
+    const failure = await armDiskQuota(container, BYTES, { rollout: "quota-gone" }, prepared).then(() => undefined, (e: unknown) => e);
+    expect(failure).toBeInstanceOf(SandboxEnvError);
+    expect(failure).toMatchObject({ kind: "daemon_error" });
+    expect((failure as Error).message).toMatch(/inspect container for its disk quota/);
+    expect(existsSync(prepared.dir)).toBe(false);
+    expect(mounts().has(prepared.mnt)).toBe(false);
   });
 
   it("an exhausted pool hands out nothing, refills in the background and hands out again", async () => {
