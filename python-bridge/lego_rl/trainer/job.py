@@ -9,7 +9,8 @@ has one table per section, with the field names below:
     [model]      path
     [source]     spool | receive | toy_steps, receiver_spool, handover
     [checkpoint] dir
-    [training]   loss, loss_aggregation, lr, max_steps, max_staleness, replay_routing, log, threads
+    [training]   loss, loss_aggregation, lr, warmup_steps, frozen_parameters, max_steps, max_staleness,
+                 replay_routing, log, threads
     [weights]    dir, sglang, vllm, engine
     [cluster]    ray_address, engines, trainer_ranks, gpus_per_rank, cpus_per_rank, backend, engine_dtype
     [fleet]      rollout_args, spool_root, producer_id, max_restarts, worker_cpus, node_resource, lego, log_dir
@@ -29,6 +30,7 @@ mistakes in the file are `JobConfigError` (one line and exit 1 through lego_rl/e
 from __future__ import annotations
 
 import argparse
+import re
 import tomllib
 import types
 import typing
@@ -88,6 +90,10 @@ class TrainingConfig:
     loss_aggregation: Literal["sequence_mean", "token_sum_norm"] = _STEP.loss_aggregation
     """sequence_mean (the papers'), or token_sum_norm: every token weighs the same (no length bias)."""
     lr: float = _STEP.lr
+    warmup_steps: int = _STEP.warmup_steps
+    """Linear learning-rate warm-up over the first N updates (0: none)."""
+    frozen_parameters: str | None = _STEP.frozen_parameters
+    """Regular expression of parameter names the updates leave as they are (e.g. "^model\\.layers\\.")."""
     max_steps: int | None = None
     max_staleness: int | None = None
     """Exclude rollouts sampled by weights more than this many versions old (0: on-policy only)."""
@@ -189,6 +195,7 @@ class JobConfig:
 
     def step_config(self) -> StepConfig:
         return StepConfig(loss=self.training.loss, loss_aggregation=self.training.loss_aggregation, lr=self.training.lr,
+                          warmup_steps=self.training.warmup_steps, frozen_parameters=self.training.frozen_parameters,
                           replay_routing=self.training.replay_routing)
 
     def loop_config(self) -> LoopConfig:
@@ -247,6 +254,11 @@ FLAGS: tuple[_Flag, ...] = (
     _Flag(key="training.loss_aggregation", flag="--loss-aggregation",
           help="sequence_mean (the papers') or token_sum_norm (every token weighs the same: no length bias)"),
     _Flag(key="training.lr", flag="--lr"),
+    _Flag(key="training.warmup_steps", flag="--warmup-steps", metavar="N",
+          help="raise the learning rate linearly over the first N updates (default 0: full rate at once)"),
+    _Flag(key="training.frozen_parameters", flag="--freeze-parameters", metavar="REGEX",
+          help="leave the parameters whose name matches REGEX as they are (e.g. '^model\\.layers\\.': "
+               "train only the embedding and final norm)"),
     _Flag(key="training.replay_routing", flag="--no-replay", scope="local",
           help="do not replay recorded routing (for comparison only)"),
     _Flag(key="training.threads", flag="--threads", scope="local"),
@@ -402,8 +414,21 @@ def build_job(values: Mapping[str, Any], *, origin: str) -> JobConfig:
     if (sync.sglang or sync.vllm or sync.engine) and sync.dir is None:
         raise JobConfigError(f"{origin}: --sync-sglang/--sync-vllm/--sync-engine (weights.sglang/vllm/engine) load "
                              "weights from disk: give --weights-dir (weights.dir) on a path the servers see")
+    _check_training(job.training, origin)
     _check_fleet(job, {k for k in values if k.startswith("fleet.")}, origin)
     return job
+
+
+def _check_training(training: TrainingConfig, origin: str) -> None:
+    # Checked here, before any rank starts: a pattern error inside a Ray actor reads as a crashed rank.
+    if training.warmup_steps < 0:
+        raise JobConfigError(f"{origin}: training.warmup_steps = {training.warmup_steps}: expected 0 or more")
+    if training.frozen_parameters is not None:
+        try:
+            re.compile(training.frozen_parameters)
+        except re.error as e:
+            raise JobConfigError(f"{origin}: training.frozen_parameters {training.frozen_parameters!r} is not a regular "
+                                 f"expression: {e}") from e
 
 
 def _check_fleet(job: JobConfig, given: set[str], origin: str) -> None:

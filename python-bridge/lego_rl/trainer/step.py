@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -49,6 +50,10 @@ class StepConfig:
     """How token losses add up (losses.py): the papers' per-sequence mean, or Dr. GRPO's length-unbiased sum."""
     token_norm: int = 1024
     """token_sum_norm's constant divisor per sequence."""
+    frozen_parameters: str | None = None
+    """Regular expression (searched in each parameter's name): matching parameters are left as they are."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up over the first N updates (0: the full rate from the first)."""
 
 
 def build_loss(config: StepConfig) -> ClippedSurrogateLoss:
@@ -102,6 +107,30 @@ def recompute_logprobs(model: torch.nn.Module, step: PackedStep, *, replay: bool
     return Recomputed(logprobs_R=logprobs_R, own_routing_TLK=torch.stack(own, dim=1) if own else None)
 
 
+def trainable_parameters(model: torch.nn.Module, frozen: str | None) -> list[torch.nn.Parameter]:
+    """The parameters an update moves: all, or those whose name `frozen` does not match (these stop needing grads).
+
+    A pattern that matches nothing or everything is a mistake, never a silent full or empty update.
+    """
+    named = list(model.named_parameters())
+    if frozen is None:
+        return [p for _, p in named]
+    try:
+        pattern = re.compile(frozen)
+    except re.error as e:
+        raise ValueError(f"frozen_parameters {frozen!r} is not a regular expression: {e}") from e
+    kept = [p for name, p in named if not pattern.search(name)]
+    if len(kept) == len(named):
+        examples = ", ".join(name for name, _ in named[:4])
+        raise ValueError(f"frozen_parameters {frozen!r} matches no parameter of the model (names look like: {examples}, …)")
+    if not kept:
+        raise ValueError(f"frozen_parameters {frozen!r} matches every parameter of the model: nothing would train")
+    for name, p in named:
+        if pattern.search(name):
+            p.requires_grad_(False)
+    return kept
+
+
 class PolicyUpdater:
     """Owns the optimizer of one rank's model and applies GSPO updates.
 
@@ -116,8 +145,17 @@ class PolicyUpdater:
         self.loss = build_loss(config)
         # fused: one kernel over all parameters instead of a Python loop per tensor (3x
         # faster on CPU for the tiny model); same update rule as the default AdamW.
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay, fused=True)
+        self.optimizer = torch.optim.AdamW(trainable_parameters(model, config.frozen_parameters), lr=config.lr,
+                                           weight_decay=config.weight_decay, fused=True)
         self.expert_group = expert_group
+
+    def _warmed_up_lr(self) -> float:
+        """The rate of the coming update: counted from the optimizer's own step, so a resumed job continues its warm-up."""
+        if self.config.warmup_steps <= 0:
+            return self.config.lr
+        state = next(iter(self.optimizer.state.values()), {})
+        done = int(float(state.get("step", 0)))
+        return self.config.lr * min(1.0, (done + 1) / self.config.warmup_steps)
 
     def _sync_and_clip(self) -> float:
         if self.expert_group is None:
@@ -166,6 +204,8 @@ class PolicyUpdater:
         self.optimizer.zero_grad(set_to_none=True)
         (loss * step.loss_scale).backward()
         grad_norm = self._sync_and_clip()
+        for group in self.optimizer.param_groups:
+            group["lr"] = self._warmed_up_lr()
         self.optimizer.step()
         metrics.update(loss_metrics)
         metrics["optim/grad_norm"] = float(grad_norm)

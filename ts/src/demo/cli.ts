@@ -17,6 +17,8 @@ interface DemoArgs {
   concurrency?: number;
   lr: number;
   "loss-aggregation": "sequence_mean" | "token_sum_norm";
+  "warmup-steps": number;
+  "freeze-parameters"?: string;
   harness: string;
   tasks: string;
   ui: boolean;
@@ -45,6 +47,8 @@ export const demoCommand: CommandModule<object, DemoArgs> = {
       .option("ui", { type: "boolean", default: DEFAULT_LOOP.ui, describe: "serve the Live UI over the run folder while the run lasts and print its address (--no-ui: do not)" })
       .option("lr", { type: "number", default: DEFAULT_LOOP.lr, describe: "GSPO learning rate" })
       .option("loss-aggregation", { choices: ["sequence_mean", "token_sum_norm"] as const, default: DEFAULT_LOOP.lossAggregation, describe: "how GSPO adds token losses up (docs/demo.md says why token_sum_norm)" })
+      .option("warmup-steps", { type: "number", default: DEFAULT_LOOP.warmupSteps, describe: "raise the GSPO learning rate linearly over the first N updates" })
+      .option("freeze-parameters", { type: "string", describe: "GSPO leaves the parameters whose name matches this regular expression as they are (e.g. '^model\\.layers\\.')" })
       .option("sft-lr", { type: "number", default: DEFAULT_LOOP.sftLr, describe: "warm-start learning rate" })
       .option("sft-batch", { type: "number", default: DEFAULT_LOOP.sftBatch, describe: "demonstrations per warm-start step" })
       .option("seed", { type: "number", default: DEFAULT_LOOP.seed, describe: "seed of the tiny model's initialisation and the warm start's demonstration order" })
@@ -69,6 +73,7 @@ export const demoCommand: CommandModule<object, DemoArgs> = {
         whole("eval-k", 1);
         whole("sft-steps", 0);
         whole("sft-batch", 1);
+        whole("warmup-steps", 0);
         for (const name of ["lr", "sft-lr"]) if (!((a[name] as number) > 0)) throw new Error(`--${name} must be a positive number, got ${a[name] as number}`);
         return true;
       }) as Argv<DemoArgs>,
@@ -99,7 +104,8 @@ export const demoCommand: CommandModule<object, DemoArgs> = {
     const summary = await runRealLoop({
       ...base, workDir: args["work-dir"], harness: args.harness, tasks: args.tasks, ui: args.ui,
       steps: args.steps ?? base.steps, groupSize: args["group-size"] ?? base.groupSize, concurrency: args.concurrency ?? base.concurrency,
-      lr: args.lr, lossAggregation: args["loss-aggregation"], sftSteps: args["sft-steps"] ?? base.sftSteps, sftLr: args["sft-lr"], sftBatch: args["sft-batch"], seed: args.seed,
+      lr: args.lr, lossAggregation: args["loss-aggregation"],
+      warmupSteps: args["warmup-steps"], frozenParameters: args["freeze-parameters"] ?? base.frozenParameters, sftSteps: args["sft-steps"] ?? base.sftSteps, sftLr: args["sft-lr"], sftBatch: args["sft-batch"], seed: args.seed,
       demoTasks: args["demo-tasks"], evalTasks: args["eval-tasks"], eval: { ...base.eval, k: args["eval-k"] ?? base.eval.k }, log: (l) => console.log(l),
     });
     console.log(`report: ${summary.report}`);

@@ -44,6 +44,10 @@ export interface RealLoopOptions {
   lr: number;
   /** How the trainer adds token losses up (`cluster.train --loss-aggregation`; python-bridge/lego_rl/trainer/losses.py). */
   lossAggregation: "sequence_mean" | "token_sum_norm";
+  /** Linear learning-rate warm-up over the first N GSPO updates (`cluster.train --warmup-steps`). */
+  warmupSteps: number;
+  /** Parameters GSPO leaves as they are, by name (`cluster.train --freeze-parameters`); null: train all. */
+  frozenParameters: string | null;
   /** The harness of the GSPO rollouts and of both evaluations. */
   harness: string;
   /** Task source of the demonstrations (the warm start). */
@@ -73,6 +77,8 @@ export const DEFAULT_LOOP: Omit<RealLoopOptions, "workDir" | "log"> = {
   // AdamW's first steps move every weight by ~lr whatever its gradient: 1e-3 collapsed the policy to 0 in one update.
   lr: 3e-4,
   lossAggregation: "token_sum_norm",
+  warmupSteps: 0,
+  frozenParameters: null,
   harness: "reference",
   demoTasks: DEMO_TASKS,
   tasks: TRAIN_TASKS,
@@ -178,7 +184,8 @@ async function rl(opts: RealLoopOptions, model: string, run: string, pids: numbe
       // The receiver's spool is under spool/, where the Live UI and `lego mcp` read a run's batches.
       "--receive", "tcp://127.0.0.1:*", "--receiver-spool", join(run, "spool", "receiver"), "--max-steps", String(opts.steps),
       "--weights-dir", join(run, "weights"), "--sync-engine", engineAddress, "--log", stepsLog, "--lr", String(opts.lr),
-      "--loss-aggregation", opts.lossAggregation,
+      "--loss-aggregation", opts.lossAggregation, "--warmup-steps", String(opts.warmupSteps),
+      ...(opts.frozenParameters !== null ? ["--freeze-parameters", opts.frozenParameters] : []),
     ], join(run, "trainer.out"), join(run, "trainer.err"), (l) => { if (l.startsWith("trainer: receiving on ")) announce(l.split(" ").at(-1)!); });
     const trainerGone = trainer.exited.then((code) => { throw new DemoError(`the trainer exited (${code}) early; see ${join(run, "trainer.err")}`); });
     const receiverAddress = await bounded(Promise.race([receiving, trainerGone]), 300_000, "the trainer's start");
