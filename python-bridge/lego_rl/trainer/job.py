@@ -9,7 +9,7 @@ has one table per section, with the field names below:
     [model]      path
     [source]     spool | receive | toy_steps, receiver_spool, handover
     [checkpoint] dir
-    [training]   loss, loss_aggregation, lr, warmup_steps, frozen_parameters, max_steps, max_staleness,
+    [training]   loss, loss_aggregation, lr, warmup_steps, trainable_parameters, max_steps, max_staleness,
                  replay_routing, log, threads
     [weights]    dir, sglang, vllm, engine
     [cluster]    ray_address, engines, trainer_ranks, gpus_per_rank, cpus_per_rank, backend, engine_dtype
@@ -92,8 +92,8 @@ class TrainingConfig:
     lr: float = _STEP.lr
     warmup_steps: int = _STEP.warmup_steps
     """Linear learning-rate warm-up over the first N updates (0: none)."""
-    frozen_parameters: str | None = _STEP.frozen_parameters
-    """Regular expression of parameter names the updates leave as they are (e.g. "^model\\.layers\\.")."""
+    trainable_parameters: str | None = _STEP.trainable_parameters
+    """Regular expression: only parameters whose name it matches are updated (e.g. "^model\\.norm\\."); None: all."""
     max_steps: int | None = None
     max_staleness: int | None = None
     """Exclude rollouts sampled by weights more than this many versions old (0: on-policy only)."""
@@ -195,7 +195,7 @@ class JobConfig:
 
     def step_config(self) -> StepConfig:
         return StepConfig(loss=self.training.loss, loss_aggregation=self.training.loss_aggregation, lr=self.training.lr,
-                          warmup_steps=self.training.warmup_steps, frozen_parameters=self.training.frozen_parameters,
+                          warmup_steps=self.training.warmup_steps, trainable_parameters=self.training.trainable_parameters,
                           replay_routing=self.training.replay_routing)
 
     def loop_config(self) -> LoopConfig:
@@ -256,9 +256,9 @@ FLAGS: tuple[_Flag, ...] = (
     _Flag(key="training.lr", flag="--lr"),
     _Flag(key="training.warmup_steps", flag="--warmup-steps", metavar="N",
           help="raise the learning rate linearly over the first N updates (default 0: full rate at once)"),
-    _Flag(key="training.frozen_parameters", flag="--freeze-parameters", metavar="REGEX",
-          help="leave the parameters whose name matches REGEX as they are (e.g. '^model\\.layers\\.': "
-               "train only the embedding and final norm)"),
+    _Flag(key="training.trainable_parameters", flag="--trainable-parameters", metavar="REGEX",
+          help="update only the parameters whose name matches REGEX (default: all; e.g. '^model\\.norm\\.': "
+               "the final norm's gains alone)"),
     _Flag(key="training.replay_routing", flag="--no-replay", scope="local",
           help="do not replay recorded routing (for comparison only)"),
     _Flag(key="training.threads", flag="--threads", scope="local"),
@@ -423,12 +423,12 @@ def _check_training(training: TrainingConfig, origin: str) -> None:
     # Checked here, before any rank starts: a pattern error inside a Ray actor reads as a crashed rank.
     if training.warmup_steps < 0:
         raise JobConfigError(f"{origin}: training.warmup_steps = {training.warmup_steps}: expected 0 or more")
-    if training.frozen_parameters is not None:
+    if training.trainable_parameters is not None:
         try:
-            re.compile(training.frozen_parameters)
+            re.compile(training.trainable_parameters)
         except re.error as e:
-            raise JobConfigError(f"{origin}: training.frozen_parameters {training.frozen_parameters!r} is not a regular "
-                                 f"expression: {e}") from e
+            raise JobConfigError(f"{origin}: training.trainable_parameters {training.trainable_parameters!r} is not a "
+                                 f"regular expression: {e}") from e
 
 
 def _check_fleet(job: JobConfig, given: set[str], origin: str) -> None:

@@ -50,8 +50,8 @@ class StepConfig:
     """How token losses add up (losses.py): the papers' per-sequence mean, or Dr. GRPO's length-unbiased sum."""
     token_norm: int = 1024
     """token_sum_norm's constant divisor per sequence."""
-    frozen_parameters: str | None = None
-    """Regular expression (searched in each parameter's name): matching parameters are left as they are."""
+    trainable_parameters: str | None = None
+    """Regular expression searched in each parameter's name: only matching parameters are updated (None: all)."""
     warmup_steps: int = 0
     """Linear learning-rate warm-up over the first N updates (0: the full rate from the first)."""
 
@@ -107,28 +107,26 @@ def recompute_logprobs(model: torch.nn.Module, step: PackedStep, *, replay: bool
     return Recomputed(logprobs_R=logprobs_R, own_routing_TLK=torch.stack(own, dim=1) if own else None)
 
 
-def trainable_parameters(model: torch.nn.Module, frozen: str | None) -> list[torch.nn.Parameter]:
-    """The parameters an update moves: all, or those whose name `frozen` does not match (these stop needing grads).
+def trainable_parameters(model: torch.nn.Module, pattern: str | None) -> list[torch.nn.Parameter]:
+    """The parameters an update moves: all, or those whose name `pattern` matches (the rest stop needing grads).
 
-    A pattern that matches nothing or everything is a mistake, never a silent full or empty update.
+    A pattern that matches nothing is a mistake, never a silent update of nothing.
     """
     named = list(model.named_parameters())
-    if frozen is None:
+    if pattern is None:
         return [p for _, p in named]
     try:
-        pattern = re.compile(frozen)
+        compiled = re.compile(pattern)
     except re.error as e:
-        raise ValueError(f"frozen_parameters {frozen!r} is not a regular expression: {e}") from e
-    kept = [p for name, p in named if not pattern.search(name)]
-    if len(kept) == len(named):
+        raise ValueError(f"trainable_parameters {pattern!r} is not a regular expression: {e}") from e
+    trained = [p for name, p in named if compiled.search(name)]
+    if not trained:
         examples = ", ".join(name for name, _ in named[:4])
-        raise ValueError(f"frozen_parameters {frozen!r} matches no parameter of the model (names look like: {examples}, …)")
-    if not kept:
-        raise ValueError(f"frozen_parameters {frozen!r} matches every parameter of the model: nothing would train")
+        raise ValueError(f"trainable_parameters {pattern!r} matches no parameter of the model (names look like: {examples}, …)")
     for name, p in named:
-        if pattern.search(name):
+        if not compiled.search(name):
             p.requires_grad_(False)
-    return kept
+    return trained
 
 
 class PolicyUpdater:
@@ -145,7 +143,7 @@ class PolicyUpdater:
         self.loss = build_loss(config)
         # fused: one kernel over all parameters instead of a Python loop per tensor (3x
         # faster on CPU for the tiny model); same update rule as the default AdamW.
-        self.optimizer = torch.optim.AdamW(trainable_parameters(model, config.frozen_parameters), lr=config.lr,
+        self.optimizer = torch.optim.AdamW(trainable_parameters(model, config.trainable_parameters), lr=config.lr,
                                            weight_decay=config.weight_decay, fused=True)
         self.expert_group = expert_group
 

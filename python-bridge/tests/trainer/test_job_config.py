@@ -73,21 +73,21 @@ def test_a_bad_file_key_is_an_error_naming_file_and_key(tmp_path: Path, body: st
     assert str(caught.value).startswith(f"{config}: ") and named in str(caught.value)
 
 
-def test_warm_up_and_frozen_parameters_reach_the_update_from_flags_and_file(tmp_path: Path):
+def test_warm_up_and_trainable_parameters_reach_the_update_from_flags_and_file(tmp_path: Path):
     config = tmp_path / "job.toml"
-    config.write_text('[training]\nwarmup_steps = 5\nfrozen_parameters = "^model\\\\.layers\\\\."\n')
+    config.write_text('[training]\nwarmup_steps = 5\ntrainable_parameters = "^model\\\\.norm\\\\."\n')
     base = ["--model", "m", "--checkpoints", "c", "--spool", "s"]
     step = _local([*base, "--config", str(config)]).step_config()
-    assert (step.warmup_steps, step.frozen_parameters) == (5, r"^model\.layers\.")
-    step = _cluster([*base, "--config", str(config), "--warmup-steps", "0", "--freeze-parameters", "experts"]).step_config()
-    assert (step.warmup_steps, step.frozen_parameters) == (0, "experts")
+    assert (step.warmup_steps, step.trainable_parameters) == (5, r"^model\.norm\.")
+    step = _cluster([*base, "--config", str(config), "--warmup-steps", "0", "--trainable-parameters", "experts"]).step_config()
+    assert (step.warmup_steps, step.trainable_parameters) == (0, "experts")
 
 
 @pytest.mark.parametrize(("flags", "says"), [
     (["--warmup-steps", "-1"], "training.warmup_steps = -1: expected 0 or more"),
-    (["--freeze-parameters", "layers.("], "training.frozen_parameters 'layers.(' is not a regular expression"),
+    (["--trainable-parameters", "layers.("], "training.trainable_parameters 'layers.(' is not a regular expression"),
 ])
-def test_a_warm_up_or_frozen_pattern_that_cannot_run_is_a_usage_error_before_any_rank_starts(
+def test_a_warm_up_or_trainable_pattern_that_cannot_run_is_a_usage_error_before_any_rank_starts(
         flags: list[str], says: str, capsys: pytest.CaptureFixture[str]):
     with pytest.raises(SystemExit) as caught:
         _cluster(["--model", "m", "--checkpoints", "c", "--spool", "s", *flags])

@@ -18,7 +18,7 @@ interface DemoArgs {
   lr: number;
   "loss-aggregation": "sequence_mean" | "token_sum_norm";
   "warmup-steps": number;
-  "freeze-parameters"?: string;
+  "trainable-parameters"?: string;
   harness: string;
   tasks: string;
   ui: boolean;
@@ -31,6 +31,12 @@ interface DemoArgs {
   "demo-tasks": string;
   "eval-only"?: string;
   "eval-tasks": string;
+}
+
+/** `--trainable-parameters`: "all" lifts the default's restriction; anything else is the trainer's regular expression. */
+function trainableFrom(flag: string | undefined, fallback: string | null): string | null {
+  if (flag === undefined) return fallback;
+  return flag === "all" ? null : flag;
 }
 
 export const demoCommand: CommandModule<object, DemoArgs> = {
@@ -48,7 +54,7 @@ export const demoCommand: CommandModule<object, DemoArgs> = {
       .option("lr", { type: "number", default: DEFAULT_LOOP.lr, describe: "GSPO learning rate" })
       .option("loss-aggregation", { choices: ["sequence_mean", "token_sum_norm"] as const, default: DEFAULT_LOOP.lossAggregation, describe: "how GSPO adds token losses up (docs/demo.md says why token_sum_norm)" })
       .option("warmup-steps", { type: "number", default: DEFAULT_LOOP.warmupSteps, describe: "raise the GSPO learning rate linearly over the first N updates" })
-      .option("freeze-parameters", { type: "string", describe: "GSPO leaves the parameters whose name matches this regular expression as they are (e.g. '^model\\.layers\\.')" })
+      .option("trainable-parameters", { type: "string", describe: `GSPO updates only the parameters whose name matches this regular expression (default ${DEFAULT_LOOP.trainableParameters ?? "all"}; "all": every one)` })
       .option("sft-lr", { type: "number", default: DEFAULT_LOOP.sftLr, describe: "warm-start learning rate" })
       .option("sft-batch", { type: "number", default: DEFAULT_LOOP.sftBatch, describe: "demonstrations per warm-start step" })
       .option("seed", { type: "number", default: DEFAULT_LOOP.seed, describe: "seed of the tiny model's initialisation and the warm start's demonstration order" })
@@ -105,7 +111,7 @@ export const demoCommand: CommandModule<object, DemoArgs> = {
       ...base, workDir: args["work-dir"], harness: args.harness, tasks: args.tasks, ui: args.ui,
       steps: args.steps ?? base.steps, groupSize: args["group-size"] ?? base.groupSize, concurrency: args.concurrency ?? base.concurrency,
       lr: args.lr, lossAggregation: args["loss-aggregation"],
-      warmupSteps: args["warmup-steps"], frozenParameters: args["freeze-parameters"] ?? base.frozenParameters, sftSteps: args["sft-steps"] ?? base.sftSteps, sftLr: args["sft-lr"], sftBatch: args["sft-batch"], seed: args.seed,
+      warmupSteps: args["warmup-steps"], trainableParameters: trainableFrom(args["trainable-parameters"], base.trainableParameters), sftSteps: args["sft-steps"] ?? base.sftSteps, sftLr: args["sft-lr"], sftBatch: args["sft-batch"], seed: args.seed,
       demoTasks: args["demo-tasks"], evalTasks: args["eval-tasks"], eval: { ...base.eval, k: args["eval-k"] ?? base.eval.k }, log: (l) => console.log(l),
     });
     console.log(`report: ${summary.report}`);

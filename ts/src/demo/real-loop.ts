@@ -46,8 +46,8 @@ export interface RealLoopOptions {
   lossAggregation: "sequence_mean" | "token_sum_norm";
   /** Linear learning-rate warm-up over the first N GSPO updates (`cluster.train --warmup-steps`). */
   warmupSteps: number;
-  /** Parameters GSPO leaves as they are, by name (`cluster.train --freeze-parameters`); null: train all. */
-  frozenParameters: string | null;
+  /** Only the parameters whose name this matches are updated by GSPO (`cluster.train --trainable-parameters`); null: all. */
+  trainableParameters: string | null;
   /** The harness of the GSPO rollouts and of both evaluations. */
   harness: string;
   /** Task source of the demonstrations (the warm start). */
@@ -78,7 +78,7 @@ export const DEFAULT_LOOP: Omit<RealLoopOptions, "workDir" | "log"> = {
   lr: 3e-4,
   lossAggregation: "token_sum_norm",
   warmupSteps: 0,
-  frozenParameters: null,
+  trainableParameters: null,
   harness: "reference",
   demoTasks: DEMO_TASKS,
   tasks: TRAIN_TASKS,
@@ -185,7 +185,7 @@ async function rl(opts: RealLoopOptions, model: string, run: string, pids: numbe
       "--receive", "tcp://127.0.0.1:*", "--receiver-spool", join(run, "spool", "receiver"), "--max-steps", String(opts.steps),
       "--weights-dir", join(run, "weights"), "--sync-engine", engineAddress, "--log", stepsLog, "--lr", String(opts.lr),
       "--loss-aggregation", opts.lossAggregation, "--warmup-steps", String(opts.warmupSteps),
-      ...(opts.frozenParameters !== null ? ["--freeze-parameters", opts.frozenParameters] : []),
+      ...(opts.trainableParameters !== null ? ["--trainable-parameters", opts.trainableParameters] : []),
     ], join(run, "trainer.out"), join(run, "trainer.err"), (l) => { if (l.startsWith("trainer: receiving on ")) announce(l.split(" ").at(-1)!); });
     const trainerGone = trainer.exited.then((code) => { throw new DemoError(`the trainer exited (${code}) early; see ${join(run, "trainer.err")}`); });
     const receiverAddress = await bounded(Promise.race([receiving, trainerGone]), 300_000, "the trainer's start");
