@@ -74,11 +74,13 @@ export const DEFAULT_LOOP: Omit<RealLoopOptions, "workDir" | "log"> = {
   sftLr: 1e-2,
   sftBatch: 2,
   seed: 0,
-  // AdamW's first steps move every weight by ~lr whatever its gradient: 1e-3 collapsed the policy to 0 in one update.
-  lr: 3e-4,
+  // GSPO updates the final norm's 128 gains alone (docs/demo.md, "Calibration"): every weight at 1e-3 collapsed
+  // the policy in one update (AdamW's first steps move each by ~lr), and 3e-4 gave +0.01…+0.14 in 48 steps;
+  // the norm alone at 1e-1 gave +0.32, at 3e-2 +0.13.
+  lr: 1e-1,
   lossAggregation: "token_sum_norm",
   warmupSteps: 0,
-  trainableParameters: null,
+  trainableParameters: "^model\\.norm\\.",
   harness: "reference",
   demoTasks: DEMO_TASKS,
   tasks: TRAIN_TASKS,
