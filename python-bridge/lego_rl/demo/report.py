@@ -109,6 +109,9 @@ def write_report(run_dir: Path) -> Path:
         f"| {which} before ({start}) | {before['pass1']:.3f} ({len(before['rows'])} rollouts on {len(before['scores'])} tasks) |",
         f"| {which} after GSPO | {after['pass1']:.3f} (same tasks, same sampling settings) |",
         f"| reward gain | {after['pass1'] - before['pass1']:+.3f} |",
+        # Beside pass@1: a gain that only concentrates the policy on what it already did shows as pass@k flat or falling.
+        *([f"| pass@{before['k']} before → after (a task counts when any of its {before['k']} samples solves it) | "
+           f"{before['passK']:.3f} → {after['passK']:.3f} |"] if "passK" in before and "passK" in after and "k" in before else []),
         f"| min rollout/trainer Pearson | {min(pearsons):.6f} over {len(pearsons)} updates |" if pearsons else "| min rollout/trainer Pearson | no update ran |",
         f"| GSPO steps (updates) | {len(steps)} ({sum(1 for s in steps if s.get('batch/groups_trained'))}) |",
         f"| minutes, whole run | {run['minutes']:.1f} |",

@@ -11,7 +11,7 @@ from lego_rl.demo import DemoReportError, write_report
 
 
 def _eval(pass1: float) -> dict:
-    return {"pass1": pass1, "rows": [{"reward": pass1}] * 4, "scores": [{"task": "t"}] * 2}
+    return {"pass1": pass1, "passK": min(1.0, 2 * pass1), "k": 2, "rows": [{"reward": pass1}] * 4, "scores": [{"task": "t"}] * 2}
 
 
 def _run(tmp: Path) -> Path:
@@ -32,6 +32,7 @@ def test_report_has_the_run_figures_and_every_plot(tmp_path: Path) -> None:
     text = out.read_text()
     assert "| held-out pass@1 before (warm start) | 0.250" in text
     assert "| reward gain | +0.500 |" in text
+    assert "| pass@2 before → after (a task counts when any of its 2 samples solves it) | 0.500 → 1.000 |" in text
     assert "| min rollout/trainer Pearson | 0.999510 over 2 updates |" in text
     for png in ("reward.png", "correlation.png", "k3-kl.png", "turns.png", "eval.png"):
         assert f"]({png})" in text

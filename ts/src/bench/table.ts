@@ -37,7 +37,7 @@ const HEADLINES: Record<string, string[]> = {
   disk_quota: ["added_p50_ms", "leaked"],
   tasks: ["tasks_per_min", "healthy", "tasks"],
   rollout: ["rollouts_per_min_c16", "vs_bare_cycle_c16", "vs_bare_cycle_c8", "vs_bare_cycle_c32"],
-  demo: ["reward_gain", "reward_before", "reward_after", "min_pearson", "minutes"],
+  demo: ["reward_gain", "reward_before", "reward_after", "pass_at_k_before", "pass_at_k_after", "min_pearson", "minutes"],
   harness: ["reference_overhead_s", "claude_overhead_s", "opencode_overhead_s", "codex_overhead_s", "openhands_overhead_s", "mini_swe_agent_overhead_s", "sandbox_cycle_s"],
 };
 

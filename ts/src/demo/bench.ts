@@ -32,7 +32,8 @@ const summary = await runRealLoop({
   sftSteps: positiveInt("sft-steps", flags["sft-steps"]), seed: nonNegativeInt("seed", flags.seed), log: (l) => console.log(l),
 });
 console.log(JSON.stringify({
-  bench: "demo", reward_before: summary.reward_before, reward_after: summary.reward_after, updates: summary.updates,
+  bench: "demo", reward_before: summary.reward_before, reward_after: summary.reward_after,
+  pass_at_k_before: summary.pass_at_k_before, pass_at_k_after: summary.pass_at_k_after, k: summary.k, updates: summary.updates,
   containers_left: summary.containers_left, seed: nonNegativeInt("seed", flags.seed), report: summary.report,
   load_start: loadStart, load_end: loadavg()[0], utc: new Date().toISOString(),
   reward_gain: summary.reward_gain, min_pearson: summary.min_pearson, minutes: summary.minutes,

@@ -30,8 +30,10 @@ describe("lego demo --harness", () => {
     ], { cwd: REPO_ROOT, encoding: "utf8", timeout: 840_000 });
     expect(run.status, `${run.stdout.slice(-3000)}\n${run.stderr.slice(-3000)}`).toBe(0);
     const summary = JSON.parse(run.stdout.trim().split("\n").at(-1)!) as Record<string, unknown>;
-    expect(summary).toMatchObject({ bench: "demo", harness: "codex", containers_left: 0 });
-    for (const k of ["reward_before", "reward_after"]) expect(summary[k]).toBeGreaterThanOrEqual(0);
+    expect(summary).toMatchObject({ bench: "demo", harness: "codex", containers_left: 0, k: 1 });
+    for (const k of ["reward_before", "reward_after", "pass_at_k_before", "pass_at_k_after"]) expect(summary[k]).toBeGreaterThanOrEqual(0);
+    // With one sample per task, pass@k is pass@1.
+    expect(summary.pass_at_k_after).toBe(summary.reward_after);
     expect(summary.reward_gain).toBeCloseTo((summary.reward_after as number) - (summary.reward_before as number), 9);
 
     // One GSPO step ran on the one group; it updated only if the group's rewards differed.

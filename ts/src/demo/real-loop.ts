@@ -114,6 +114,10 @@ export interface DemoSummary {
   reward_before: number;
   reward_after: number;
   reward_gain: number;
+  /** Held-out pass@k (k = the evaluation's samples per task) before and after: flat or falling while pass@1 rises means GSPO concentrated the policy on what it already did. */
+  pass_at_k_before: number;
+  pass_at_k_after: number;
+  k: number;
   min_pearson: number | null;
   /** GSPO steps that updated the weights (a group with identical rewards updates nothing). */
   updates: number;
@@ -323,6 +327,7 @@ export async function runRealLoop(opts: RealLoopOptions): Promise<DemoSummary> {
     if (ui) opts.log(`Live UI stopped with the run; to look again: ts/bin/lego ui --run-dir ${run} --model-dir ${startModel}`);
     return {
       bench: "demo", harness: opts.harness, reward_before: before.pass1, reward_after: after.pass1, reward_gain: after.pass1 - before.pass1,
+      pass_at_k_before: before.passK, pass_at_k_after: after.passK, k: before.k,
       min_pearson: pearsons.length ? Math.min(...pearsons) : null, updates, containers_left: left.length, minutes, report,
     };
   } finally {
