@@ -160,7 +160,14 @@ class CheckpointStore:
             with safe_open(str(path / "optimizer.safetensors"), framework="pt") as handle:
                 metadata = handle.metadata() or {}
                 tensors = {key: handle.get_tensor(key) for key in handle.keys()}
-            optimizer.load_state_dict(_optimizer_state(tensors, metadata))
+            try:
+                optimizer.load_state_dict(_optimizer_state(tensors, metadata))
+            except ValueError as error:
+                # torch's own words ("a parameter group that doesn't match the size …") do not say which setting moved.
+                raise CheckpointError(
+                    f"checkpoint {path}: its optimizer state was written for other trainable parameters ({error}); "
+                    "resume with the --trainable-parameters the job was started with, or start from a fresh --checkpoints folder"
+                ) from error
         info = json.loads((path / "trainer.json").read_text())
         return TrainerPosition(
             step=info["step"], policy_version=info["policy_version"], consumed_batch_ids=list(info["consumed_batch_ids"])

@@ -13,6 +13,7 @@ from lego_rl.engine import Engine, EngineConfig
 from lego_rl.model import load_model
 from lego_rl.schema import decode_batch
 from lego_rl.toy import ToyTask, rollout_batch
+from lego_rl.trainer.checkpoint import CheckpointError
 from lego_rl.trainer.driver import LocalPolicy, LoopConfig, train
 from lego_rl.trainer.sources import TrainingBatch
 from lego_rl.trainer.step import PolicyUpdater, StepConfig
@@ -69,3 +70,11 @@ def test_warm_up_raises_the_rate_linearly_and_a_resumed_job_continues_it(byte_mo
 def test_without_warm_up_every_update_has_the_full_rate(byte_model_dir: Path, tmp_path: Path) -> None:
     steps = _train(load_model(byte_model_dir), StepConfig(lr=1e-3), _batches(byte_model_dir, 2), tmp_path / "ckpt")
     assert [s["optim/lr"] for s in steps] == [1e-3, 1e-3]
+
+
+def test_resuming_with_other_trainable_parameters_is_refused_naming_the_setting(byte_model_dir: Path, tmp_path: Path) -> None:
+    data = _batches(byte_model_dir, 2)
+    _train(load_model(byte_model_dir), StepConfig(lr=1e-2, trainable_parameters=r"^model\.norm\."), data[:1], tmp_path / "ckpt")
+    with pytest.raises(CheckpointError, match="written for other trainable parameters") as refused:
+        _train(load_model(byte_model_dir), StepConfig(lr=1e-2), data[1:], tmp_path / "ckpt", first_batch=1)
+    assert "--trainable-parameters" in str(refused.value)
