@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import ray
+import torch
 
 from ..engine import EngineConfig
 from ..entry import run_entry
-from ..model import read_config
-from ..trainer import BatchSource, JobConfig, ReceiverSource, SpoolFolderSource, TrainerPosition, parse_job, train
+from ..model import MoeForCausalLM, read_config
+from ..trainer import (BatchSource, JobConfig, ReceiverSource, SpoolFolderSource, TrainerPosition, parse_job, train,
+                       trainable_parameters)
 from ..toy import ToyTask, routing_shape_of
 from ..transport import Receiver, ReceiverConfig, reuse_heap_memory
 from .engine_group import start_engines
@@ -54,16 +56,28 @@ def _local_cpus(job: JobConfig) -> int:
                + (fleet.worker_cpus if fleet.enabled else 0))
 
 
+def _check_trainable_parameters(moe: Any, pattern: str | None) -> None:
+    """The pattern against the model's parameter names, here: inside a Ray rank a pattern matching nothing reads as a crashed rank."""
+    if pattern is None:
+        return
+    with torch.device("meta"):  # names and shapes only, no memory
+        model = MoeForCausalLM(moe)
+    if moe.tie_word_embeddings:  # as load_model ties them: one name, model.embed_tokens.weight
+        model.lm_head.weight = model.model.embed_tokens.weight
+    trainable_parameters(model, pattern)
+
+
 def main(argv: list[str]) -> int:
     job = parse_job(argv, "cluster", prog="python -m lego_rl.cluster.train", description=__doc__)
     source, cluster, sync = job.source, job.cluster, job.weights
     # `ray job stop` and a supervisor's SIGTERM: unwind through the finally below, so the fleet is stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
-    connect(cluster.ray_address, num_cpus=_local_cpus(job))
-    require_declared_gpus(job.hardware)
     moe = read_config(job.model.path)
     config = job.step_config()
+    _check_trainable_parameters(moe, config.trainable_parameters)
+    connect(cluster.ray_address, num_cpus=_local_cpus(job))
+    require_declared_gpus(job.hardware)
     fleet = RolloutFleet.start_engines(job) if job.fleet.enabled else None
     trainers = None
     receiver = None

@@ -9,7 +9,7 @@ from .mismatch import mismatch_metrics, routing_disagreement
 from .packing import pack_step, split_for_ranks
 from .plan import check_job_file, parameter_counts, trainer_bundles
 from .sources import BatchSource, ReceiverSource, SpoolFolderSource, TrainingBatch
-from .step import PolicyUpdater, StepConfig
+from .step import PolicyUpdater, StepConfig, trainable_parameters
 
 __all__ = [
     "BatchSource",
@@ -29,6 +29,7 @@ __all__ = [
     "LossInputs",
     "MismatchCorrection",
     "PolicyUpdater",
+    "trainable_parameters",
     "ReceiverSource",
     "RolloutOutcome",
     "SpoolFolderSource",

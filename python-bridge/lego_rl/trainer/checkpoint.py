@@ -35,6 +35,10 @@ from ..durable import fsync_dir, fsync_file
 LATEST = "LATEST"
 
 
+def _trained_names(model: torch.nn.Module) -> list[str]:
+    return [name for name, parameter in model.named_parameters() if parameter.requires_grad]
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete or does not match the model."""
 
@@ -99,6 +103,8 @@ class CheckpointStore:
             "step": position.step,
             "policy_version": position.policy_version,
             "consumed_batch_ids": position.consumed_batch_ids,
+            # The optimizer state is per trained parameter, in this order: a resume checks it is the same set.
+            "trained_parameters": _trained_names(model),
         }))
         for child in staging.iterdir():
             fsync_file(child)
@@ -154,21 +160,23 @@ class CheckpointStore:
             raise CheckpointError(f"cannot load weights from {path}: {error}") from error
         if missing or unexpected:
             raise CheckpointError(f"checkpoint {path} does not match the model: missing {missing}, unexpected {unexpected}")
+        info = json.loads((path / "trainer.json").read_text())
         if optimizer is not None:
             from safetensors import safe_open
 
+            # torch compares only how many parameters a group has: two sets of the same size would load each
+            # other's moments silently. Checkpoints from before the record have none, and are trusted.
+            saved, now = info.get("trained_parameters"), _trained_names(model)
+            if saved is not None and saved != now:
+                differ = sorted(set(saved) ^ set(now))[:4] or ["(the same names in another order)"]
+                raise CheckpointError(
+                    f"checkpoint {path}: its optimizer state was written for other trainable parameters ({len(saved)} then, "
+                    f"{len(now)} now; differing: {', '.join(differ)}); resume with the --trainable-parameters the job was "
+                    "started with, or start from a fresh --checkpoints folder")
             with safe_open(str(path / "optimizer.safetensors"), framework="pt") as handle:
                 metadata = handle.metadata() or {}
                 tensors = {key: handle.get_tensor(key) for key in handle.keys()}
-            try:
-                optimizer.load_state_dict(_optimizer_state(tensors, metadata))
-            except ValueError as error:
-                # torch's own words ("a parameter group that doesn't match the size …") do not say which setting moved.
-                raise CheckpointError(
-                    f"checkpoint {path}: its optimizer state was written for other trainable parameters ({error}); "
-                    "resume with the --trainable-parameters the job was started with, or start from a fresh --checkpoints folder"
-                ) from error
-        info = json.loads((path / "trainer.json").read_text())
+            optimizer.load_state_dict(_optimizer_state(tensors, metadata))
         return TrainerPosition(
             step=info["step"], policy_version=info["policy_version"], consumed_batch_ids=list(info["consumed_batch_ids"])
         )

@@ -122,7 +122,9 @@ def trainable_parameters(model: torch.nn.Module, pattern: str | None) -> list[to
     trained = [p for name, p in named if compiled.search(name)]
     if not trained:
         examples = ", ".join(name for name, _ in named[:4])
-        raise ValueError(f"trainable_parameters {pattern!r} matches no parameter of the model (names look like: {examples}, …)")
+        tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
+        hint = "; the output projection is tied to model.embed_tokens.weight and has no name of its own" if tied else ""
+        raise ValueError(f"trainable_parameters {pattern!r} matches no parameter of the model (names look like: {examples}, …{hint})")
     for name, p in named:
         if not compiled.search(name):
             p.requires_grad_(False)
@@ -151,8 +153,8 @@ class PolicyUpdater:
         """The rate of the coming update: counted from the optimizer's own step, so a resumed job continues its warm-up."""
         if self.config.warmup_steps <= 0:
             return self.config.lr
-        state = next(iter(self.optimizer.state.values()), {})
-        done = int(float(state.get("step", 0)))
+        # AdamW counts per parameter and skips one without a gradient: the most-stepped one counts the updates.
+        done = max((int(float(state.get("step", 0))) for state in self.optimizer.state.values()), default=0)
         return self.config.lr * min(1.0, (done + 1) / self.config.warmup_steps)
 
     def _sync_and_clip(self) -> float:
@@ -202,8 +204,9 @@ class PolicyUpdater:
         self.optimizer.zero_grad(set_to_none=True)
         (loss * step.loss_scale).backward()
         grad_norm = self._sync_and_clip()
+        lr = self._warmed_up_lr()
         for group in self.optimizer.param_groups:
-            group["lr"] = self._warmed_up_lr()
+            group["lr"] = lr
         self.optimizer.step()
         metrics.update(loss_metrics)
         metrics["optim/grad_norm"] = float(grad_norm)

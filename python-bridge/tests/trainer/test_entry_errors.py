@@ -41,3 +41,16 @@ def test_argparse_usage_errors_keep_their_own_exit_status(tmp_path: Path):
     result = subprocess.run([sys.executable, "-m", "lego_rl.trainer", "--model"], capture_output=True, text=True,
                             timeout=120, cwd=REPO)
     assert result.returncode == 2 and "usage:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_trainable_pattern_matching_nothing_ends_the_ray_job_before_ray_or_a_rank_starts(byte_model_dir: Path, tmp_path: Path):
+    result = subprocess.run(
+        [sys.executable, "-m", "lego_rl.cluster.train", "--model", str(byte_model_dir), "--spool", str(tmp_path / "spool"),
+         "--checkpoints", str(tmp_path / "ckpt"), "--trainable-parameters", r"^lm_head\."],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "matches no parameter of the model" in lines[0] and "tied to model.embed_tokens.weight" in lines[0]
+    assert not (tmp_path / "ckpt").exists()

@@ -72,9 +72,20 @@ def test_without_warm_up_every_update_has_the_full_rate(byte_model_dir: Path, tm
     assert [s["optim/lr"] for s in steps] == [1e-3, 1e-3]
 
 
-def test_resuming_with_other_trainable_parameters_is_refused_naming_the_setting(byte_model_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("resumed_with", [None, r"^model\.layers\.0\.input_layernorm\."])
+def test_resuming_with_other_trainable_parameters_is_refused_naming_the_setting(
+        byte_model_dir: Path, tmp_path: Path, resumed_with: str | None) -> None:
+    # The second pattern trains one 128-gain tensor as the first does: torch alone would load its moments silently.
     data = _batches(byte_model_dir, 2)
     _train(load_model(byte_model_dir), StepConfig(lr=1e-2, trainable_parameters=r"^model\.norm\."), data[:1], tmp_path / "ckpt")
     with pytest.raises(CheckpointError, match="written for other trainable parameters") as refused:
-        _train(load_model(byte_model_dir), StepConfig(lr=1e-2), data[1:], tmp_path / "ckpt", first_batch=1)
-    assert "--trainable-parameters" in str(refused.value)
+        _train(load_model(byte_model_dir), StepConfig(lr=1e-2, trainable_parameters=resumed_with), data[1:], tmp_path / "ckpt",
+               first_batch=1)
+    assert "--trainable-parameters" in str(refused.value) and "differing: " in str(refused.value)
+    if resumed_with is not None:
+        assert "model.layers.0.input_layernorm.weight, model.norm.weight" in str(refused.value)
+
+
+def test_a_pattern_for_the_tied_output_projection_says_it_has_no_name_of_its_own(byte_model_dir: Path) -> None:
+    with pytest.raises(ValueError, match="tied to model.embed_tokens.weight"):
+        PolicyUpdater(load_model(byte_model_dir), StepConfig(trainable_parameters=r"^lm_head\."))

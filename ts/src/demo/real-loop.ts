@@ -74,9 +74,9 @@ export const DEFAULT_LOOP: Omit<RealLoopOptions, "workDir" | "log"> = {
   sftLr: 1e-2,
   sftBatch: 2,
   seed: 0,
-  // GSPO updates the final norm's 128 gains alone (docs/demo.md, "Calibration"): every weight at 1e-3 collapsed
-  // the policy in one update (AdamW's first steps move each by ~lr), and 3e-4 gave +0.01…+0.14 in 48 steps;
-  // the norm alone at 1e-1 gave +0.32, at 3e-2 +0.13.
+  // GSPO updates the final norm's 128 gains alone: with every weight trainable, a rate that moves the policy
+  // in 48 steps collapsed it (AdamW's first steps move each weight by ~lr), and one that did not barely moved
+  // it; the norm alone takes a high rate safely. Figures: docs/demo.md, "Calibration".
   lr: 1e-1,
   lossAggregation: "token_sum_norm",
   warmupSteps: 0,

@@ -108,7 +108,8 @@ export class AgentSandbox {
       const { pid } = await sandbox.state();
       return new AgentSandbox(sandbox, slot, await armNetworkGuard(pid), pid, [...mounts.map((m) => m.containerPath), "/tmp"]);
     } catch (e) {
-      // Started but not inspectable (the daemon went away): nobody else holds the container or the slot.
+      // Started but not inspectable (the daemon went away; armNetworkGuard itself never throws): nobody
+      // else holds the container or the slot.
       await sandbox.remove().catch(() => {});
       rmSync(slot, { recursive: true, force: true });
       throw e;
