@@ -33,7 +33,7 @@ describe("Claude Code in a real sandbox through the real proxy", () => {
 
   it(`scripted-gold (claude-code ${CLAUDE_CODE_VERSION}): Read, then Edit per hunk, Edit creates, Bash removes, a plain answer ends it; reward 1`, async () => {
     const { outcome, report, engine, records, session } = await harnessRollout(runner, fix, entry, "scripted-gold", "claude-gold");
-    expect(outcome).toMatchObject({ status: "ok", reward: 1, defenseFlags: [] });
+    expect(outcome, outcome.log).toMatchObject({ status: "ok", reward: 1, defenseFlags: [] });
     const replies = goldScript(fix.task, entry.tools);
     expect(report).toMatchObject({ harness: "claude-code", exitCode: 0, segments: 1, side_threads: 0, finalMessage: (replies.at(-1) as { text: string }).text });
     // Under -p --bare, 2.1.332 makes no hidden call (no title, no quota probe): one appearing would fail here.
@@ -46,7 +46,7 @@ describe("Claude Code in a real sandbox through the real proxy", () => {
 
   it("answer-at-once: one plain answer, nothing changed; reward 0", async () => {
     const { outcome, report, engine, records } = await harnessRollout(runner, fix, entry, "answer-at-once", "claude-answer");
-    expect(outcome).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
+    expect(outcome, outcome.log).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
     expect(report).toMatchObject({ exitCode: 0, toolCalls: [], finalMessage: (ANSWER_AT_ONCE[0] as { text: string }).text });
     expectTokenExact(records, engine, ANSWER_AT_ONCE);
     expectToolCallsExecuted(records, report, entry.harness);

@@ -34,7 +34,7 @@ describe("Codex CLI in a real sandbox through the real proxy", () => {
 
   it(`scripted-gold (codex ${CODEX_VERSION}): one apply_patch per hunk, new file and removal, a plain answer ends it; reward 1`, async () => {
     const { outcome, report, engine, records, session } = await harnessRollout(runner, fix, entry, "scripted-gold", "codex-gold");
-    expect(outcome).toMatchObject({ status: "ok", reward: 1, defenseFlags: [] });
+    expect(outcome, outcome.log).toMatchObject({ status: "ok", reward: 1, defenseFlags: [] });
     const replies = goldScript(fix.task, entry.tools);
     expect(report).toMatchObject({ harness: "codex", exitCode: 0, segments: 1, side_threads: 0, finalMessage: (replies.at(-1) as { text: string }).text });
     // 0.171.0 under exec makes no hidden call (no title, no compaction on these short runs).
@@ -51,7 +51,7 @@ describe("Codex CLI in a real sandbox through the real proxy", () => {
 
   it("answer-at-once: one plain answer, nothing changed; reward 0", async () => {
     const { outcome, report, engine, records } = await harnessRollout(runner, fix, entry, "answer-at-once", "codex-answer");
-    expect(outcome).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
+    expect(outcome, outcome.log).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
     expect(report).toMatchObject({ exitCode: 0, toolCalls: [], finalMessage: (ANSWER_AT_ONCE[0] as { text: string }).text });
     expectTokenExact(records, engine, ANSWER_AT_ONCE);
     expectToolCallsExecuted(records, report, entry.harness);

@@ -34,7 +34,7 @@ describe("mini-swe-agent in a real sandbox through the real proxy", () => {
 
   it(`scripted-gold (mini-swe-agent ${MINI_SWE_AGENT_VERSION}): bash runs a python3 replacement per hunk, rm, a heredoc for the new file, its echo submits; reward 1`, async () => {
     const { outcome, report, engine, records } = await harnessRollout(runner, fix, entry, "scripted-gold", "mini-gold");
-    expect(outcome).toMatchObject({ status: "ok", reward: 1, defenseFlags: [] });
+    expect(outcome, outcome.log).toMatchObject({ status: "ok", reward: 1, defenseFlags: [] });
     const replies = goldScript(fix.task, entry.tools);
     expect(report).toMatchObject({ harness: "mini-swe-agent", exitCode: 0, segments: 1, side_threads: 0, finalMessage: "Submitted" });
     expectTokenExact(records, engine, replies);
@@ -45,7 +45,7 @@ describe("mini-swe-agent in a real sandbox through the real proxy", () => {
 
   it("answer-at-once: a plain answer is a format error to it, dropped from its history; after 3 in a row it stops; reward 0", async () => {
     const { outcome, report, engine, records } = await harnessRollout(runner, fix, entry, "answer-at-once", "mini-answer");
-    expect(outcome).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
+    expect(outcome, outcome.log).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
     // It drops a reply without a tool call from its history (the format error
     // replaces it), so each next prompt does not extend the last: one segment per call.
     expectTokenExact(records, engine, ANSWER_AT_ONCE, { mainSegments: 3 });
@@ -56,7 +56,7 @@ describe("mini-swe-agent in a real sandbox through the real proxy", () => {
 
   it("turn limit: the gold script cut off after 1 model call (the first hunk only) ends cleanly as an agent outcome, reward 0", async () => {
     const { outcome, report, engine, records } = await harnessRollout(runner, fix, entry, "scripted-gold", "mini-limit", { maxTurns: 1 });
-    expect(outcome).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
+    expect(outcome, outcome.log).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
     expect(engine.callCount).toBe(1);
     expectTokenExact(records, engine, goldScript(fix.task, entry.tools));
     expectToolCallsExecuted(records, report, entry.harness);

@@ -41,7 +41,7 @@ describe("OpenCode in a real sandbox through the real proxy", () => {
 
   it(`scripted-gold (opencode ${OPENCODE_VERSION}): edit per hunk, bash removes, write creates, a plain answer ends it; reward 1`, async () => {
     const { outcome, report, engine, records } = await harnessRollout(runner, fix, entry, "scripted-gold", "opencode-gold", LIMITS);
-    expect(outcome).toMatchObject({ status: "ok", reward: 1, defenseFlags: [OPENCODE_GIT_FLAG] });
+    expect(outcome, outcome.log).toMatchObject({ status: "ok", reward: 1, defenseFlags: [OPENCODE_GIT_FLAG] });
     const replies = goldScript(fix.task, entry.tools);
     expect(report).toMatchObject({ harness: "opencode", exitCode: 0, segments: 1 + records.side_thread_ids.length, finalMessage: (replies.at(-1) as { text: string }).text });
     expectTokenExact(records, engine, replies, { sideThreads: "title" });
@@ -51,7 +51,7 @@ describe("OpenCode in a real sandbox through the real proxy", () => {
 
   it("answer-at-once: one plain answer, nothing changed; reward 0", async () => {
     const { outcome, report, engine, records } = await harnessRollout(runner, fix, entry, "answer-at-once", "opencode-answer", LIMITS);
-    expect(outcome).toMatchObject({ status: "ok", reward: 0, defenseFlags: [OPENCODE_GIT_FLAG] });
+    expect(outcome, outcome.log).toMatchObject({ status: "ok", reward: 0, defenseFlags: [OPENCODE_GIT_FLAG] });
     expect(report).toMatchObject({ exitCode: 0, toolCalls: [], finalMessage: (ANSWER_AT_ONCE[0] as { text: string }).text });
     expectTokenExact(records, engine, ANSWER_AT_ONCE, { sideThreads: "title" });
     expectToolCallsExecuted(records, report, entry.harness);

@@ -34,7 +34,7 @@ describe("OpenHands SDK in a real sandbox through the real proxy", () => {
 
   it(`scripted-gold (openhands-sdk ${OPENHANDS_SDK_VERSION}): file_editor str_replace per hunk, terminal removes, file_editor creates, finish ends it; reward 1`, async () => {
     const { outcome, report, engine, records } = await harnessRollout(runner, fix, entry, "scripted-gold", "openhands-gold");
-    expect(outcome).toMatchObject({ status: "ok", reward: 1, defenseFlags: [] });
+    expect(outcome, outcome.log).toMatchObject({ status: "ok", reward: 1, defenseFlags: [] });
     const replies = goldScript(fix.task, entry.tools);
     expect(report).toMatchObject({ harness: "openhands", exitCode: 0, segments: 1, side_threads: 0, finalMessage: "Done: the fix is applied." });
     expectTokenExact(records, engine, replies);
@@ -46,7 +46,7 @@ describe("OpenHands SDK in a real sandbox through the real proxy", () => {
 
   it("answer-at-once: one plain answer, nothing changed; reward 0", async () => {
     const { outcome, report, engine, records } = await harnessRollout(runner, fix, entry, "answer-at-once", "openhands-answer");
-    expect(outcome).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
+    expect(outcome, outcome.log).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
     expect(report).toMatchObject({ exitCode: 0, toolCalls: [], finalMessage: (ANSWER_AT_ONCE[0] as { text: string }).text });
     expectTokenExact(records, engine, ANSWER_AT_ONCE);
     expectToolCallsExecuted(records, report, entry.harness);
@@ -54,7 +54,7 @@ describe("OpenHands SDK in a real sandbox through the real proxy", () => {
 
   it("turn limit: the gold script cut off after 2 model calls (the two edits, not the rest) ends cleanly as an agent outcome, reward 0", async () => {
     const { outcome, report, engine, records } = await harnessRollout(runner, fix, entry, "scripted-gold", "openhands-limit", { maxTurns: 2 });
-    expect(outcome).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
+    expect(outcome, outcome.log).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
     expect(engine.callCount).toBe(2);
     expectTokenExact(records, engine, goldScript(fix.task, entry.tools));
     expectToolCallsExecuted(records, report, entry.harness);

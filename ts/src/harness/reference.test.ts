@@ -30,7 +30,7 @@ describe("reference harness in a real sandbox through the real proxy", () => {
 
   it("scripted-gold: the gold patch through edit_file (two hunks, the first widened), write_file and bash rm, then submit; reward 1", async () => {
     const { outcome, report, engine, records, session } = await harnessRollout(runner, fix, entry, "scripted-gold", "ref-gold");
-    expect(outcome).toMatchObject({ status: "ok", reward: 1, defenseFlags: [] });
+    expect(outcome, outcome.log).toMatchObject({ status: "ok", reward: 1, defenseFlags: [] });
     const replies = goldScript(fix.task, entry.tools);
     expect(report).toMatchObject({ harness: "reference", exitCode: 0, timedOut: false, turns: replies.length, segments: 1, side_threads: 0 });
     expectTokenExact(records, engine, replies);
@@ -43,7 +43,7 @@ describe("reference harness in a real sandbox through the real proxy", () => {
     const gold = goldScript(fix.task, entry.tools);
     const script = [...gold.slice(0, -1), { text: toolCall("bash", { command: "cat clamp.py" }) }, gold.at(-1)!];
     const { outcome, report, session } = await harnessRollout(runner, fix, entry, "scripted-gold", "ref-reread", { script });
-    expect(outcome).toMatchObject({ status: "ok", reward: 1, defenseFlags: [] });
+    expect(outcome, outcome.log).toMatchObject({ status: "ok", reward: 1, defenseFlags: [] });
     expect(report.toolCalls.map((c) => [c.name, c.ok])).toContainEqual(["bash", true]);
     const trajectory = buildTrajectory({
       identity: { trajectoryId: "ref-reread", groupId: "g", taskId: fix.task.name, harness: "reference" }, session, outcome, wallTimeS: 1, routing: null, ship: UNBOUNDED_SHIP,
@@ -53,7 +53,7 @@ describe("reference harness in a real sandbox through the real proxy", () => {
 
   it("answer-at-once: one plain answer, nothing changed; reward 0; its trajectory ends on that answer", async () => {
     const { outcome, report, engine, records } = await harnessRollout(runner, fix, entry, "answer-at-once", "ref-answer");
-    expect(outcome).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
+    expect(outcome, outcome.log).toMatchObject({ status: "ok", reward: 0, defenseFlags: [] });
     expect(report).toMatchObject({ exitCode: 0, turns: 1, toolCalls: [], finalMessage: (ANSWER_AT_ONCE[0] as { text: string }).text });
     expectTokenExact(records, engine, ANSWER_AT_ONCE);
     expectToolCallsExecuted(records, report, entry.harness);

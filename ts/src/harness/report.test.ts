@@ -103,7 +103,7 @@ describe("record files read back from a real container the agent shaped", () => 
     const spec = (name: string) => ({ path: `/tmp/r/${name}`, maxBytes: 1 << 20 });
     const names = ["link", "linkdir/passwd", "fifo", "dir", "big", "absent", "good"];
     const outcome = await runner.run({ ...fix, rolloutId: "record-files", agent: { script, recordFiles: names.map(spec) } });
-    expect(outcome).toMatchObject({ status: "ok", reward: 0 });
+    expect(outcome, outcome.log).toMatchObject({ status: "ok", reward: 0 });
     const r = outcome.agentRun!;
     expect(r).toMatchObject({ exitCode: 0, timedOut: false, stdoutTail: "to-stdout\n", stderrTail: "to-stderr\n" });
     expect(r.files.map((f) => f.status)).toEqual(["not_a_file", "not_a_file", "not_a_file", "not_a_file", "read", "absent", "read"]);
@@ -126,7 +126,7 @@ describe("record files read back from a real container the agent shaped", () => 
       const agent = await launcher.start({} as Task, fix.task, `impostor-${what.replace(/\W+/g, "-")}`);
       const outcome = await runner.run({ ...fix, rolloutId: `impostor-${what.replace(/\W+/g, "-")}`, agent: agent.program, proxySocket: agent.proxySocket });
       const report = await agent.finish(outcome);
-      expect(outcome).toMatchObject({ status: "ok", reward: 0 });
+      expect(outcome, outcome.log).toMatchObject({ status: "ok", reward: 0 });
       expect(report).toMatchObject({ harness: "reference", exitCode: 0, toolCalls: [], finalMessage: null, turns: 0, toolCallMismatches: [] });
       expect(report.notes.join("\n")).toMatch(note);
     }, 120_000);
