@@ -114,13 +114,20 @@ export async function reapQuotaStaging(runIds: readonly string[] = []): Promise<
     return o !== undefined && (runIds.includes(o.runId) || !ownerAlive(o.pid, o.pidStart, hostname()));
   });
   const mounts = readFileSync("/proc/self/mountinfo", "utf8");
-  await Promise.all(
+  const removed = await Promise.all(
     doomed.map(async (n) => {
       const mnt = join(root, n, "mnt");
       // mountinfo's 5th field is the mount point (octal escapes only for space, tab, newline, backslash: none in our names).
-      if (mounts.split("\n").some((l) => l.split(" ")[4] === mnt)) await run("umount", ["-l", mnt]);
-      rmSync(join(root, n), { recursive: true, force: true });
+      // Another reaper (a second process of this run starting its runner) may unmount and remove it first:
+      // losing that race is not an error.
+      if (mounts.split("\n").some((l) => l.split(" ")[4] === mnt)) await run("umount", ["-l", mnt]).catch(() => undefined);
+      try {
+        rmSync(join(root, n), { recursive: true, force: true });
+        return join(root, n);
+      } catch {
+        return undefined; // still mounted after all: the next reap tries again
+      }
     }),
   );
-  return doomed.map((n) => join(root, n));
+  return removed.filter((d): d is string => d !== undefined);
 }
