@@ -60,10 +60,8 @@ def _check_trainable_parameters(moe: Any, pattern: str | None) -> None:
     """The pattern against the model's parameter names, here: inside a Ray rank a pattern matching nothing reads as a crashed rank."""
     if pattern is None:
         return
-    with torch.device("meta"):  # names and shapes only, no memory
+    with torch.device("meta"):  # names and shapes only, no memory; tied as load_model ties them
         model = MoeForCausalLM(moe)
-    if moe.tie_word_embeddings:  # as load_model ties them: one name, model.embed_tokens.weight
-        model.lm_head.weight = model.model.embed_tokens.weight
     trainable_parameters(model, pattern)
 
 

@@ -128,8 +128,7 @@ def load_model(
     with torch.device("meta"):
         model = MoeForCausalLM(config)
     model.to_empty(device=device)
-    if config.tie_word_embeddings:  # to_empty materialises the two names separately
-        model.lm_head.weight = model.model.embed_tokens.weight
+    model.tie_weights()
     tensors: dict[str, torch.Tensor] = {}
     for f in safetensors_files(model_dir):
         if not f.is_file():

@@ -78,7 +78,12 @@ class MoeForCausalLM(nn.Module):
         self.config = config
         self.model = Backbone(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.tie_word_embeddings:
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """With tied word embeddings, the output projection is the embedding: one tensor, one name
+        (`model.embed_tokens.weight`). Again after `to_empty`, which materialises the two separately."""
+        if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def forward(
