@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { HARNESS_TOOLS, HarnessEngineError, editScript } from "../harness/index.ts";
-import { TaskSourceError, openTaskSource } from "../tasks/index.ts";
+import { TaskSourceError, openTaskSource, type Task } from "../tasks/index.ts";
 import { DEMO_TASKS, EVAL_TASKS, TRAIN_TASKS } from "./warm-start.ts";
 
 const work = mkdtempSync(join(tmpdir(), "lego-demo-tasks-"));
@@ -18,11 +18,17 @@ describe("the demo's tasks", () => {
       expect(t.record!.lego!.template).toBe("comparison");
       expect(t.record!.problem_statement).toMatch(/^In `calc\.py`, `\w+\((\d), \1\)` should return `True`\. Fix the bug\.\n$/);
     }
-    expect(set.tasks.filter((t) => t.split === "test").length).toBeGreaterThanOrEqual(5);
+    const heldOut = set.tasks.filter((t) => t.split === "test");
+    expect(heldOut.length).toBeGreaterThanOrEqual(5);
+    const fn = (t: Task) => /`(\w+)\(/.exec(t.record!.problem_statement)![1]!;
+    const heldOutNames = new Set(heldOut.map(fn));
+    // Not only other tasks: no demonstration and no GSPO task may use a held-out function name, or the
+    // evaluation would measure recall of a name seen in training instead of generalisation to a new one.
     for (const source of [DEMO_TASKS, TRAIN_TASKS]) {
       const train = await openTaskSource(source, cfg);
-      const trainIds = new Set(train.tasks.map((t) => t.id));
-      expect(set.tasks.filter((t) => trainIds.has(t.id)), source).toEqual([]);
+      expect(train.tasks.length, source).toBeGreaterThanOrEqual(24);
+      expect(train.tasks.filter((t) => t.split !== "train").map((t) => t.id), source).toEqual([]);
+      expect(train.tasks.map(fn).filter((n) => heldOutNames.has(n)), source).toEqual([]);
     }
   });
 

@@ -19,11 +19,15 @@ import { JsonLineProcess, PYTHON } from "../json-line-process.ts";
 
 const LEGO = join(REPO_ROOT, "ts/bin/lego");
 
-/** Training demonstrations and evaluation tasks come from different seeds of the family, never the same tasks. */
-export const DEMO_TASKS = "easy:seed=101,count=24,template=comparison,module=calc";
+/**
+ * Training demonstrations and evaluation tasks come from different seeds of the family, and training uses only
+ * the `train` split: the evaluation's held-out (`test`) tasks call functions under names no demonstration and no
+ * GSPO task uses. The counts are chosen for 24 demonstrations and 48 GSPO tasks once the test split is dropped.
+ */
+export const DEMO_TASKS = "easy:seed=101,count=33,template=comparison,module=calc,split=train";
 export const EVAL_TASKS = "easy:seed=7,count=40,template=comparison,module=calc";
 /** GSPO's tasks, one group per step: the same seed as the demonstrations, twice as many (measured: 48 steps). */
-export const TRAIN_TASKS = "easy:seed=101,count=48,template=comparison,module=calc";
+export const TRAIN_TASKS = "easy:seed=101,count=59,template=comparison,module=calc,split=train";
 /** Demonstrations are the gold fix said with the edit tool: what the instruction determines, no file read first. */
 export const DEMO_ENGINE = "scripted-edit";
 

@@ -50,6 +50,17 @@ describe("the easy family", () => {
     expect(new Set(set.tasks.map((t) => t.record!.lego!.template))).toEqual(new Set(["comparison", "constant", "missing_return", "operator"]));
   });
 
+  it("takes split=train or split=test to keep one side of the split, from the same generated repository", async () => {
+    const all = await openTaskSource("easy:seed=1,count=60", cfg);
+    const train = await openTaskSource("easy:seed=1,count=60,split=train", cfg);
+    const test = await openTaskSource("easy:seed=1,count=60,split=test", cfg);
+    expect(train.tasks.map((t) => t.id)).toEqual(all.tasks.filter((t) => t.split === "train").map((t) => t.id));
+    expect(test.tasks.map((t) => t.id)).toEqual(all.tasks.filter((t) => t.split === "test").map((t) => t.id));
+    expect(train.tasks.length + test.tasks.length).toBe(60);
+    expect(test.tasks.length).toBeGreaterThan(0);
+    await expect(openTaskSource("easy:seed=1,count=60,split=dev", cfg)).rejects.toThrow(/split.*expected train or test, got 'dev'/);
+  });
+
   it("needs one task image for all its variants", async () => {
     const set = await openTaskSource("easy:seed=1,count=400", cfg);
     const tags = new Set(await Promise.all(set.tasks.map(async (t) => taskImageTag(await t.definition(), baseImageTag()))));

@@ -107,8 +107,16 @@ export async function openTaskSource(spec: string, cfg: TasksConfig, opts: { spl
 
 async function open(spec: string, cfg: TasksConfig): Promise<TaskSet> {
   const suite = parseSuiteSpec(spec);
-  if (suite?.name === "easy") return { name: spec, tasks: jsonlTasks(await easySuite(cfg, suite.options), cfg, spec) };
-  if (suite?.name === "builtin") return { name: spec, tasks: jsonlTasks(builtinSuite(cfg), cfg, spec) };
+  if (suite) {
+    // `split=` picks a side of the suite's train/test split; the rest of the options name the suite itself
+    // (and its cache folder), so `easy:seed=1` and `easy:seed=1,split=train` share one generated repository.
+    const { split, ...options } = suite.options;
+    if (split !== undefined && split !== "train" && split !== "test") throw new TaskSourceError(spec, "split", `expected train or test, got '${split}'`);
+    if (suite.name === "builtin" && Object.keys(options).length) throw new TaskSourceError(spec, Object.keys(options)[0]!, "unknown builtin option (split)");
+    const file = suite.name === "easy" ? await easySuite(cfg, options) : builtinSuite(cfg);
+    const tasks = jsonlTasks(file, cfg, spec);
+    return { name: spec, tasks: split ? tasks.filter((t) => t.split === split) : tasks };
+  }
   const path = resolve(spec);
   if (!existsSync(path)) {
     throw new TaskSourceError(spec, "source", "no such file or directory, and not a suite name (builtin, easy[:seed=N,count=M])");

@@ -2,6 +2,7 @@
  * Suites named by a word instead of a path:
  *   easy[:seed=N,count=M,template=T+U,module=NAME]  generated on first use from the seed (easy.ts), cached;
  *   builtin                mined from real projects by `lego tasks mine` (mine.ts), cached.
+ * Either takes `split=train|test` too: only that side of the suite's split (sources.ts).
  * Each lives in the cache as tasks.jsonl + repos/, the same layout `lego tasks export` writes.
  */
 import { existsSync, writeFileSync } from "node:fs";
@@ -48,7 +49,7 @@ function easyConfig(options: Record<string, string>, spec: string): EasyConfig {
       cfg.module = v;
       continue;
     }
-    if (k !== "seed" && k !== "count") throw new TaskSourceError(spec, k, "unknown easy option (seed, count, template, module)");
+    if (k !== "seed" && k !== "count") throw new TaskSourceError(spec, k, "unknown easy option (seed, count, template, module, split)");
     const n = Number(v);
     if (!Number.isInteger(n) || n < (k === "count" ? 1 : 0)) throw new TaskSourceError(spec, k, `expected a ${k === "count" ? "positive" : "non-negative"} integer, got '${v}'`);
     cfg[k as "seed" | "count"] = n;
