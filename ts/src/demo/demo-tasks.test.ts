@@ -1,11 +1,12 @@
 /** The demo's task family and demonstrations: `easy:template=comparison,module=calc` and the scripted-edit engine. */
-import { mkdtempSync } from "node:fs";
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { HARNESS_TOOLS, HarnessEngineError, editScript } from "../harness/index.ts";
 import { TaskSourceError, openTaskSource, type Task } from "../tasks/index.ts";
-import { DEMO_TASKS, EVAL_TASKS, TRAIN_TASKS } from "./warm-start.ts";
+import { easySuite } from "../tasks/index.ts";
+import { DEMO_TASKS, EVAL_TASKS, TRAIN_TASKS, demonstrationsDir } from "./warm-start.ts";
 
 const work = mkdtempSync(join(tmpdir(), "lego-demo-tasks-"));
 const cfg = { cacheDir: join(work, "cache"), sdistDir: join(work, "sdists"), repoRoots: [] };
@@ -16,7 +17,8 @@ describe("the demo's tasks", () => {
     const set = await openTaskSource(EVAL_TASKS, cfg);
     for (const t of set.tasks) {
       expect(t.record!.lego!.template).toBe("comparison");
-      expect(t.record!.problem_statement).toMatch(/^In `calc\.py`, `\w+\((\d), \1\)` should return `True`\. Fix the bug\.\n$/);
+      expect(t.record!.problem_statement).toMatch(/`calc\.py`/);
+      expect(t.record!.problem_statement).toMatch(/`\w+\((\d), \1\)`.* `True`/);
     }
     const heldOut = set.tasks.filter((t) => t.split === "test");
     expect(heldOut.length).toBeGreaterThanOrEqual(5);
@@ -30,6 +32,18 @@ describe("the demo's tasks", () => {
       expect(train.tasks.filter((t) => t.split !== "train").map((t) => t.id), source).toEqual([]);
       expect(train.tasks.map(fn).filter((n) => heldOutNames.has(n)), source).toEqual([]);
     }
+  });
+
+  it("have their demonstrations cached under the source's name and its tasks' contents: a changed task is a new folder", async () => {
+    const copy = join(work, "copied-suite");
+    cpSync(join(await easySuite(cfg, { seed: "5", count: "3", template: "comparison", module: "calc" }), ".."), copy, { recursive: true });
+    const first = await demonstrationsDir(join(work, "cache-root"), copy, cfg);
+    expect(await demonstrationsDir(join(work, "cache-root"), copy, cfg)).toBe(first);
+    const jsonl = join(copy, "tasks.jsonl");
+    writeFileSync(jsonl, readFileSync(jsonl, "utf8").replace("should return", "must return"));
+    const changed = await demonstrationsDir(join(work, "cache-root"), copy, cfg);
+    expect(changed).not.toBe(first);
+    expect(changed.slice(0, -13)).toBe(first.slice(0, -13)); // same source name, another digest
   });
 
   it("reject an unknown template or module with the options there are", async () => {

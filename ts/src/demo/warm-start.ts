@@ -10,11 +10,14 @@
  * a folder only counts once its manifest is written, after every rollout succeeded.
  */
 import { execFile, spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { REPO_ROOT } from "../repo-root.ts";
+import { baseImageTag } from "../sandbox/index.ts";
+import { defaultTasksConfig, openTaskSource, taskHash, type TasksConfig } from "../tasks/index.ts";
 import { JsonLineProcess, PYTHON } from "../json-line-process.ts";
 
 const LEGO = join(REPO_ROOT, "ts/bin/lego");
@@ -44,13 +47,24 @@ export function defaultCacheRoot(home = homedir()): string {
   return join(home, ".cache/lego-rl");
 }
 
-export function demonstrationsDir(cacheRoot: string, tasks: string): string {
-  return join(cacheRoot, "demos", `reference-${DEMO_ENGINE}`, tasks.replace(/[^A-Za-z0-9_.-]+/g, "_"));
+/**
+ * The folder of `tasks`' demonstrations: named by the source and a digest of its tasks' contents, because a
+ * source's name can stay while its tasks change (a new easy-family recipe keeps the ids and the seed): the
+ * old folder must not be taken for the new tasks' demonstrations.
+ */
+export async function demonstrationsDir(cacheRoot: string, tasks: string, tasksConfig: TasksConfig = defaultTasksConfig()): Promise<string> {
+  const digest = createHash("sha256");
+  for (const t of (await openTaskSource(tasks, tasksConfig)).tasks) {
+    const def = await t.definition();
+    // taskHash covers what grading depends on; a demonstration also depends on the instruction it answers.
+    digest.update(`${t.id}\0${taskHash(def, baseImageTag())}\0${def.instruction}\0`);
+  }
+  return join(cacheRoot, "demos", `reference-${DEMO_ENGINE}`, `${tasks.replace(/[^A-Za-z0-9_.-]+/g, "_")}-${digest.digest("hex").slice(0, 12)}`);
 }
 
 /** The cached demonstrations of `tasks` (a receiver spool), generated first if absent. */
-export async function ensureDemonstrations(opts: { cacheRoot: string; tasks: string; log?: (l: string) => void }): Promise<{ dir: string; manifest: DemonstrationsManifest }> {
-  const dir = demonstrationsDir(opts.cacheRoot, opts.tasks);
+export async function ensureDemonstrations(opts: { cacheRoot: string; tasks: string; tasksConfig?: TasksConfig; log?: (l: string) => void }): Promise<{ dir: string; manifest: DemonstrationsManifest }> {
+  const dir = await demonstrationsDir(opts.cacheRoot, opts.tasks, opts.tasksConfig);
   const manifestPath = join(dir, "manifest.json");
   if (existsSync(manifestPath)) return { dir, manifest: JSON.parse(readFileSync(manifestPath, "utf8")) as DemonstrationsManifest };
   const partial = `${dir}.partial-${process.pid}`;
