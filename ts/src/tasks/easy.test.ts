@@ -34,15 +34,24 @@ describe("the easy family", () => {
     }
   });
 
-  it("has one short, regular instruction per variant, one file to fix, and held-out names no training task uses", async () => {
+  it("has one short instruction per variant naming the file, the call and the value, one file to fix, and held-out names no training task uses", async () => {
     const set = await openTaskSource("easy:seed=1,count=400", cfg);
     expect(set.tasks).toHaveLength(400);
     const fn = (t: Task) => /`(\w+)\(/.exec(t.record!.problem_statement)![1];
     for (const t of set.tasks) {
-      expect(t.record!.problem_statement).toMatch(/^In `\w+\.py`, `\w+\([\d, ]+\)` should return `[\w-]+`\. Fix the bug\.\n$/);
+      const text = t.record!.problem_statement;
+      expect(text.split("\n")).toHaveLength(2); // one line
+      expect(text).toMatch(/`\w+\.py`/);
+      expect(text).toMatch(/`\w+\([\d, ]+\)`/);
+      expect(text).toMatch(/(return|give) `[\w-]+`/);
       expect(t.record!.patch.match(/^diff --git /gm)).toHaveLength(1);
       expect(t.failToPass).toHaveLength(1);
     }
+    // Several phrasings, of different lengths: with one, a tiny model learned the reply's first token from
+    // the prompt's length (easy.ts, PHRASINGS).
+    const shapes = new Set(set.tasks.map((t) => t.record!.problem_statement.replace(/`[^`]*`/g, "`…`")));
+    expect(shapes.size).toBe(6);
+    expect(new Set([...shapes].map((x) => x.length)).size).toBeGreaterThanOrEqual(5);
     const train = new Set(set.tasks.filter((t) => t.split === "train").map(fn));
     const test = set.tasks.filter((t) => t.split === "test").map(fn);
     expect(test.length).toBeGreaterThan(40);

@@ -65,6 +65,12 @@ const TRAIN_NAMES = [
   "scale", "total", "bump", "shift", "grow", "boost", "offset", "adjust", "stretch", "hoist",
   "tally", "blend", "merge", "weigh", "price", "score", "count", "gauge", "rate", "measure",
   "cost", "cap", "clip", "push", "lift", "spread", "span", "fill", "pack", "stack",
+  // As long as the longest held-out names (4 tokens in the instruction with Qwen3's tokenizer, `amplify`,
+  // `magnify`): with every training name 2-3 tokens long, a held-out instruction was longer than any training
+  // one, and a tiny model trained from scratch reads that as a new position (measured: the first token of the
+  // reply went from `<tool_call>` at p 0.87 to p 0.10 at one token more, whatever the name). None shares a
+  // token with a held-out name.
+  "elevate", "replenish", "accrue", "saturate", "supersize", "reinforce",
 ] as const;
 /** Held out: no training variant uses these names. */
 const TEST_NAMES = ["widen", "deepen", "extend", "amplify", "inflate", "enlarge", "double_up", "magnify"] as const;
@@ -89,12 +95,26 @@ interface Variant {
   instruction: string;
 }
 
-type Template = (rng: Rng, fn: string, module: string, helper: string) => Variant;
+type Template = (rng: Rng, fn: string, module: string, helper: string) => Omit<Variant, "instruction"> & { call: string; expected: string };
 
 const helperSrc = (helper: string) => `\n\ndef ${helper}(x):\n    return x\n`;
 const testFile = (module: string, fn: string, helper: string, call: string, expected: string) =>
   `from ${module} import ${fn}, ${helper}\n\n\ndef test_${fn}():\n    assert ${call} == ${expected}\n\n\ndef test_${helper}():\n    assert ${helper}(7) == 7\n`;
-const sentence = (module: string, call: string, expected: string) => `In \`${module}.py\`, \`${call}\` should return \`${expected}\`. Fix the bug.\n`;
+/**
+ * Ways to say one instruction, of different lengths and orders. With one phrasing every prompt of a template
+ * had the same length to within a token or two, and a tiny model trained from scratch learned the reply's
+ * first token from its absolute position instead of from the prompt (measured: `<tool_call>` at p 0.95 at the
+ * trained length, 0.09 one token later, whatever the name): a held-out task one token longer failed.
+ */
+const PHRASINGS: ReadonlyArray<(file: string, call: string, expected: string) => string> = [
+  (f, c, e) => `In \`${f}\`, \`${c}\` should return \`${e}\`. Fix the bug.`,
+  (f, c, e) => `Fix the bug in \`${f}\`: \`${c}\` should return \`${e}\`.`,
+  (f, c, e) => `\`${c}\` in \`${f}\` should return \`${e}\`, but it does not. Fix the bug.`,
+  (f, c, e) => `A test fails: in \`${f}\`, calling \`${c}\` should return \`${e}\`. Find the bug and fix it.`,
+  (f, c, e) => `Please fix \`${f}\`. The call \`${c}\` is expected to return \`${e}\`.`,
+  (f, c, e) => `Bug report: \`${c}\` from \`${f}\` should give \`${e}\`. Change the code so that it does.`,
+];
+const sentence = (module: string, call: string, expected: string, phrasing: number) => `${PHRASINGS[phrasing]!(`${module}.py`, call, expected)}\n`;
 
 const TEMPLATES: Record<string, Template> = {
   constant(rng, fn, module, helper) {
@@ -126,7 +146,7 @@ const TEMPLATES: Record<string, Template> = {
   },
 };
 
-function variant(template: string, module: string, buggy: string, fixed: string, fn: string, helper: string, call: string, expected: string): Variant {
+function variant(template: string, module: string, buggy: string, fixed: string, fn: string, helper: string, call: string, expected: string): Omit<Variant, "instruction"> & { call: string; expected: string } {
   return {
     template,
     module,
@@ -135,7 +155,8 @@ function variant(template: string, module: string, buggy: string, fixed: string,
     test: testFile(module, fn, helper, call, expected),
     failing: `test_${module}.py::test_${fn}`,
     passing: `test_${module}.py::test_${helper}`,
-    instruction: sentence(module, call, expected),
+    call,
+    expected,
   };
 }
 
@@ -157,13 +178,16 @@ export function easyFamily(cfg: EasyConfig): { commits: CommitSpec[]; records: (
   if (unknown.length || !templates.length) throw new EasyConfigError(`unknown easy template(s) ${JSON.stringify(unknown)} (known: ${Object.keys(TEMPLATES).sort().join(", ")})`);
   const commits: CommitSpec[] = [{ branch: "env", message: "easy family: environment\n", files: ENV_FILES }];
   const made: Array<Variant & { id: string; split: "train" | "test" }> = [];
+  // Its own stream: drawing phrasings from `rng` would change every later variant's split, names and values.
+  const phrasings = new Rng(cfg.seed ^ 0x9e3779b9);
   for (let i = 0; i < cfg.count; i++) {
     const split = rng.next() < 0.2 ? "test" : "train";
     const fn = rng.pick(split === "test" ? TEST_NAMES : TRAIN_NAMES);
     const module = cfg.module ?? rng.pick(MODULES);
     const helper = rng.pick(HELPERS);
     const template = templates[i % templates.length]!;
-    const v = TEMPLATES[template]!(rng, fn, module, helper);
+    const { call, expected, ...drawn } = TEMPLATES[template]!(rng, fn, module, helper);
+    const v: Variant = { ...drawn, instruction: sentence(module, call, expected, phrasings.int(0, PHRASINGS.length - 1)) };
     const id = `easy-s${cfg.seed}-${String(i).padStart(5, "0")}-${template}`;
     made.push({ ...v, id, split });
     commits.push({

@@ -18,7 +18,7 @@ export const SUITES = ["builtin", "easy"] as const;
 export type SuiteName = (typeof SUITES)[number];
 
 /** Bump when the easy family's templates change: a new folder is generated. */
-const EASY_RECIPE = "v1";
+const EASY_RECIPE = "v2"; // v2: six more training names, six phrasings of the instruction (easy.ts)
 
 export function parseSuiteSpec(spec: string): { name: SuiteName; options: Record<string, string> } | undefined {
   const m = /^(builtin|easy)(?::(.*))?$/.exec(spec);
