@@ -16,8 +16,8 @@ import torch
 
 from lego_rl.model import load_model
 from lego_rl.model.tiny import write_tiny_model
-from lego_rl.trainer.sft import (SftConfig, SftDataError, load_demonstrations, pack_demonstrations, sft_loss,
-                                 train_sft, write_model_dir)
+from lego_rl.trainer.sft import (SftConfig, SftDataError, action_probability, load_demonstrations, main,
+                                 pack_demonstrations, sft_loss, train_sft, write_model_dir)
 
 from ..conftest import REPO_ROOT
 
@@ -110,6 +110,44 @@ def test_loss_falls_and_the_written_model_dir_loads(gold_spool: Path, tiny_model
     step = pack_demonstrations(demos[:1], layers=len(cfg.moe_layers), top_k=cfg.num_experts_per_tok)
     with torch.no_grad():
         assert torch.allclose(sft_loss(reloaded, step), sft_loss(model.eval(), step), atol=1e-5)
+
+
+def test_action_probability_is_the_teacher_forced_probability_of_the_whole_demonstrated_action(gold_spool: Path, tiny_model: Path) -> None:
+    demos = load_demonstrations(gold_spool).trajectories
+    model = load_model(tiny_model)
+    cfg = model.config
+    singles = []
+    for demo in demos[:2]:
+        step = pack_demonstrations([demo], layers=len(cfg.moe_layers), top_k=cfg.num_experts_per_tok)
+        with torch.no_grad():
+            mean_nll = float(sft_loss(model.eval(), step))
+        singles.append(np.exp(-mean_nll * step.targets_R.numel()))
+        assert action_probability(model, [demo]) == pytest.approx(singles[-1], rel=1e-4)
+    assert action_probability(model, demos[:2]) == pytest.approx(np.mean(singles), rel=1e-4)
+
+
+def test_the_warm_start_stops_once_the_action_probability_is_reached_and_runs_to_the_cap_otherwise(gold_spool: Path, tiny_model: Path) -> None:
+    demos = load_demonstrations(gold_spool).trajectories
+    config = SftConfig(steps=6, batch_trajectories=1, lr=2e-3, warmup_steps=2, check_every=2)
+    # The gold episodes are long: an untrained model's whole-action probability underflows to 0.0, which a
+    # target of 0 is reached by at the first check.
+    reached = train_sft(load_model(tiny_model), demos, SftConfig(**{**_fields(config), "stop_at_action_probability": 0.0}))
+    assert [r["step"] for r in reached] == [1, 2] and "action_probability" in reached[-1]
+    capped = train_sft(load_model(tiny_model), demos, SftConfig(**{**_fields(config), "stop_at_action_probability": 1.0}))
+    assert [r["step"] for r in capped if "action_probability" in r] == [2, 4, 6] and len(capped) == 6
+    assert all("action_probability" not in r for r in train_sft(load_model(tiny_model), demos, config))
+
+
+def test_a_target_probability_outside_0_to_1_is_a_usage_error(gold_spool: Path, tiny_model: Path, work: Path) -> None:
+    for bad in ("0", "1.5", "-0.1"):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--spool", str(gold_spool), "--model-dir", str(tiny_model), "--out", str(work / "never"), "--stop-at-action-probability", bad])
+        assert exit_info.value.code == 2
+    assert not (work / "never").exists()
+
+
+def _fields(config: SftConfig) -> dict[str, object]:
+    return {name: getattr(config, name) for name in SftConfig.__dataclass_fields__}
 
 
 def test_failed_demonstrations_do_not_train(work: Path) -> None:
