@@ -28,6 +28,7 @@ interface DemoArgs {
   "eval-k"?: number;
   "warm-start-only": boolean;
   "sft-steps"?: number;
+  "sft-stop-at": number;
   "demo-tasks": string;
   "eval-only"?: string;
   "eval-tasks": string;
@@ -62,7 +63,8 @@ export const demoCommand: CommandModule<object, DemoArgs> = {
       .option("toy", { type: "boolean", default: false, describe: "only GSPO on Ray on the built-in toy task (no harness, proxy or sandbox)" })
       .option("schema-only", { type: "boolean", default: false, describe: "only the TS -> Arrow -> Python schema round trip" })
       .option("warm-start-only", { type: "boolean", default: false, describe: "only the demonstrations (cached) and the supervised warm start" })
-      .option("sft-steps", { type: "number", describe: `supervised warm-start steps; 0: none, the tiny model as initialised (default ${DEFAULT_LOOP.sftSteps}; ${HARNESS_LOOP.sftSteps} with another --harness)` })
+      .option("sft-steps", { type: "number", describe: `supervised warm-start steps, a cap while --sft-stop-at is set; 0: none, the tiny model as initialised (default ${DEFAULT_LOOP.sftSteps}; ${HARNESS_LOOP.sftSteps} with another --harness)` })
+      .option("sft-stop-at", { type: "number", default: DEFAULT_LOOP.sftStopAt ?? 0, describe: "stop the warm start once the demonstrations' mean whole-action probability reaches this (0: run every --sft-steps step)" })
       .option("eval-only", { type: "string", describe: "only the held-out evaluation of this model directory" })
       .option("eval-tasks", { type: "string", default: EVAL_TASKS, describe: "evaluation task source (its test split when it has one, else every task)" })
       .option("demo-tasks", { type: "string", default: DEMO_TASKS, describe: "task source of the demonstrations (disjoint from the evaluation seeds)" })
@@ -81,6 +83,8 @@ export const demoCommand: CommandModule<object, DemoArgs> = {
         whole("sft-batch", 1);
         whole("warmup-steps", 0);
         for (const name of ["lr", "sft-lr"]) if (!((a[name] as number) > 0)) throw new Error(`--${name} must be a positive number, got ${a[name] as number}`);
+        const stopAt = a["sft-stop-at"] as number;
+        if (!(stopAt >= 0 && stopAt <= 1)) throw new Error(`--sft-stop-at must be a probability in [0, 1] (0: off), got ${stopAt}`);
         return true;
       }) as Argv<DemoArgs>,
   handler: async (args) => {
@@ -93,7 +97,7 @@ export const demoCommand: CommandModule<object, DemoArgs> = {
     if (args["warm-start-only"]) {
       const demos = await ensureDemonstrations({ cacheRoot: defaultCacheRoot(), tasks: args["demo-tasks"], log: (l) => console.log(l) });
       console.log(`demonstrations: ${demos.manifest.trajectories} from ${demos.manifest.tasks} (${demos.dir})`);
-      const sft = warmStart({ workDir: args["work-dir"], demonstrations: demos.dir, steps: args["sft-steps"] ?? DEFAULT_LOOP.sftSteps, lr: args["sft-lr"], batch: args["sft-batch"], seed: args.seed });
+      const sft = warmStart({ workDir: args["work-dir"], demonstrations: demos.dir, steps: args["sft-steps"] ?? DEFAULT_LOOP.sftSteps, lr: args["sft-lr"], batch: args["sft-batch"], seed: args.seed, stopAt: args["sft-stop-at"] || undefined });
       console.log(`warm start: ${sft.steps} steps on ${sft.demonstrations} demonstrations, loss ${sft.loss_first.toFixed(3)} -> ${sft.loss_last.toFixed(3)} in ${sft.seconds.toFixed(0)} s; model ${sft.model_dir}`);
       return;
     }
@@ -111,7 +115,7 @@ export const demoCommand: CommandModule<object, DemoArgs> = {
       ...base, workDir: args["work-dir"], harness: args.harness, tasks: args.tasks, ui: args.ui,
       steps: args.steps ?? base.steps, groupSize: args["group-size"] ?? base.groupSize, concurrency: args.concurrency ?? base.concurrency,
       lr: args.lr, lossAggregation: args["loss-aggregation"],
-      warmupSteps: args["warmup-steps"], trainableParameters: trainableFrom(args["trainable-parameters"], base.trainableParameters), sftSteps: args["sft-steps"] ?? base.sftSteps, sftLr: args["sft-lr"], sftBatch: args["sft-batch"], seed: args.seed,
+      warmupSteps: args["warmup-steps"], trainableParameters: trainableFrom(args["trainable-parameters"], base.trainableParameters), sftSteps: args["sft-steps"] ?? base.sftSteps, sftStopAt: args["sft-stop-at"] || null, sftLr: args["sft-lr"], sftBatch: args["sft-batch"], seed: args.seed,
       demoTasks: args["demo-tasks"], evalTasks: args["eval-tasks"], eval: { ...base.eval, k: args["eval-k"] ?? base.eval.k }, log: (l) => console.log(l),
     });
     console.log(`report: ${summary.report}`);

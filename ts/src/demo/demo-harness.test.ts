@@ -64,6 +64,12 @@ describe("lego demo --harness", () => {
     expect(run.stderr).toMatch(/--harness nope: unknown harness \(known: reference, claude-code, opencode, codex, openhands, mini-swe-agent\)/);
   });
 
+  it("refuses a warm-start stopping probability outside [0, 1] before anything runs", () => {
+    const run = spawnSync(LEGO, ["demo", "--sft-stop-at", "1.5", "--no-ui", "--work-dir", work], { cwd: REPO_ROOT, encoding: "utf8", timeout: 60_000 });
+    expect(run.status).not.toBe(0);
+    expect(run.stderr).toMatch(/--sft-stop-at must be a probability in \[0, 1\] \(0: off\), got 1\.5/);
+  });
+
   it("refuses a task source it cannot open, naming the flag", () => {
     const run = spawnSync(LEGO, ["demo", "--tasks", "/no/such/tasks", "--sft-steps", "0", "--no-ui", "--work-dir", work], { cwd: REPO_ROOT, encoding: "utf8", timeout: 120_000 });
     expect(run.status).not.toBe(0);

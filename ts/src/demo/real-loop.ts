@@ -35,7 +35,10 @@ export interface RealLoopOptions {
   steps: number;
   groupSize: number;
   concurrency: number;
+  /** Warm-start steps: a cap when `sftStopAt` is set. */
   sftSteps: number;
+  /** Stop the warm start once the demonstrations' mean whole-action probability reaches this (null: run every step). */
+  sftStopAt: number | null;
   sftLr: number;
   sftBatch: number;
   /** Seed of the tiny model's initialisation and of the warm start's demonstration order. */
@@ -65,19 +68,23 @@ export interface RealLoopOptions {
 }
 
 export const DEFAULT_LOOP: Omit<RealLoopOptions, "workDir" | "log"> = {
-  // Measured on 2026-12-06 (docs/demo.md, "Calibration"): one task group per step over TRAIN_TASKS' 48.
-  steps: 48,
+  // Measured on 2026-12-06 (docs/demo.md, "Held out for real"): one task group per step over TRAIN_TASKS' 65;
+  // the training reward was still rising at 48 steps.
+  steps: 64,
   groupSize: 8,
   concurrency: 4,
-  // 120 leaves held-out pass@1 at ~0.2-0.3 (80: 0, 100: 0.06), room to rise; 150 left ~0.8, none.
-  sftSteps: 120,
+  // The warm start stops when the demonstrations' whole action is said with mean probability 0.1: the tiny
+  // model jumps from ~0 to ~0.9 on held-out tasks within ~10 SFT steps, at a step that moves with the seed
+  // (160 fixed steps: 0.20 on seed 0, 0.78 on seed 1); stopping there left both at 0.15-0.20. 300: a cap.
+  sftSteps: 300,
+  sftStopAt: 0.1,
   sftLr: 1e-2,
   sftBatch: 2,
   seed: 0,
   // GSPO updates the final norm's 128 gains alone: with every weight trainable, a rate that moves the policy
-  // in 48 steps collapsed it (AdamW's first steps move each weight by ~lr), and one that did not barely moved
-  // it; the norm alone takes a high rate safely. Figures: docs/demo.md, "Calibration".
-  lr: 1e-1,
+  // in these steps collapsed it (AdamW's first steps move each weight by ~lr), and one that did not barely moved
+  // it; the norm alone takes a high rate safely. Figures: docs/demo.md, "Calibration" and "Held out for real".
+  lr: 3e-1,
   lossAggregation: "token_sum_norm",
   warmupSteps: 0,
   trainableParameters: "^model\\.norm\\.",
@@ -289,8 +296,9 @@ export async function runRealLoop(opts: RealLoopOptions): Promise<DemoSummary> {
     const demos = await phase(seconds, "demonstrations", () => ensureDemonstrations({ cacheRoot: defaultCacheRoot(), tasks: opts.demoTasks, log: opts.log }));
     opts.log(`demonstrations: ${demos.manifest.trajectories} (${demos.manifest.harness}, ${demos.manifest.tasks}) in ${demos.dir}`);
     sft = await phase(seconds, "warm start", async () =>
-      warmStart({ workDir: run, demonstrations: demos.dir, steps: opts.sftSteps, lr: opts.sftLr, batch: opts.sftBatch, seed: opts.seed }));
-    opts.log(`warm start: ${sft.steps} SFT steps, loss ${sft.loss_first.toFixed(3)} -> ${sft.loss_last.toFixed(3)}, ${sft.seconds.toFixed(0)} s`);
+      warmStart({ workDir: run, demonstrations: demos.dir, steps: opts.sftSteps, lr: opts.sftLr, batch: opts.sftBatch, seed: opts.seed, stopAt: opts.sftStopAt ?? undefined }));
+    opts.log(`warm start: ${sft.steps} SFT steps, loss ${sft.loss_first.toFixed(3)} -> ${sft.loss_last.toFixed(3)}` +
+      (sft.action_probability === null ? "" : `, demonstrated action at p ${sft.action_probability.toFixed(3)}`) + `, ${sft.seconds.toFixed(0)} s`);
     startModel = sft.model_dir;
   } else {
     startModel = baseModel(run, opts.seed);
@@ -309,7 +317,7 @@ export async function runRealLoop(opts: RealLoopOptions): Promise<DemoSummary> {
     const left = (await Promise.all(pids.map((pid) => containersOfProcess(pid)))).flat();
     if (left.length) opts.log(`sandbox containers left behind by the run's processes (${pids.join(", ")}): ${left.join(" ")}`);
     const minutes = (Date.now() - started) / 60_000;
-    const settings = { ...opts, log: undefined, sft: sft && { steps: sft.steps, loss_first: sft.loss_first, loss_last: sft.loss_last } };
+    const settings = { ...opts, log: undefined, sft: sft && { steps: sft.steps, loss_first: sft.loss_first, loss_last: sft.loss_last, action_probability: sft.action_probability } };
     writeFileSync(join(run, "run.json"), `${JSON.stringify({
       started_utc: new Date(started).toISOString(), minutes, phase_seconds: seconds, settings, harness: opts.harness, held_out: heldOut,
       warm_start: sft !== undefined, reward_before: before.pass1, reward_after: after.pass1,

@@ -25,12 +25,12 @@ const LEGO = join(REPO_ROOT, "ts/bin/lego");
 /**
  * Training demonstrations and evaluation tasks come from different seeds of the family, and training uses only
  * the `train` split: the evaluation's held-out (`test`) tasks call functions under names no demonstration and no
- * GSPO task uses. The counts are chosen for 24 demonstrations and 48 GSPO tasks once the test split is dropped.
+ * GSPO task uses. The counts are chosen for 24 demonstrations and 65 GSPO tasks once the test split is dropped.
  */
 export const DEMO_TASKS = "easy:seed=101,count=33,template=comparison,module=calc,split=train";
 export const EVAL_TASKS = "easy:seed=7,count=40,template=comparison,module=calc";
-/** GSPO's tasks, one group per step: the same seed as the demonstrations, twice as many (measured: 48 steps). */
-export const TRAIN_TASKS = "easy:seed=101,count=59,template=comparison,module=calc,split=train";
+/** GSPO's tasks, one group per step: the same seed as the demonstrations (65 once the test split is dropped; the demo runs 64 steps). */
+export const TRAIN_TASKS = "easy:seed=101,count=77,template=comparison,module=calc,split=train";
 /** Demonstrations are the gold fix said with the edit tool: what the instruction determines, no file read first. */
 export const DEMO_ENGINE = "scripted-edit";
 
@@ -102,6 +102,8 @@ export interface SftSummary {
   model_dir: string;
   demonstrations: number;
   steps: number;
+  /** The demonstrations' mean whole-action probability at the last check (null: never checked). */
+  action_probability: number | null;
   loss_first: number;
   loss_last: number;
   seconds: number;
@@ -125,12 +127,14 @@ export function baseModel(workDir: string, seed = 0): string {
 }
 
 /** The tiny randomly initialised MoE with the Qwen3 vocabulary, then SFT on the demonstrations into workDir/warm-start. */
-export function warmStart(opts: { workDir: string; demonstrations: string; steps: number; lr?: number; batch?: number; seed?: number }): SftSummary {
+/** `stopAt`: stop once the demonstrations' mean whole-action probability reaches it (`steps` is then a cap). */
+export function warmStart(opts: { workDir: string; demonstrations: string; steps: number; lr?: number; batch?: number; seed?: number; stopAt?: number }): SftSummary {
   const base = baseModel(opts.workDir, opts.seed ?? 0);
   const out = join(opts.workDir, "warm-start");
   rmSync(out, { recursive: true, force: true });
   const stdout = python(["-m", "lego_rl.trainer.sft", "--spool", join(opts.demonstrations, "rx"), "--model-dir", base, "--out", out,
     "--steps", String(opts.steps), "--seed", String(opts.seed ?? 0),
-    ...(opts.lr === undefined ? [] : ["--lr", String(opts.lr)]), ...(opts.batch === undefined ? [] : ["--batch", String(opts.batch)])], "the supervised warm start");
+    ...(opts.lr === undefined ? [] : ["--lr", String(opts.lr)]), ...(opts.batch === undefined ? [] : ["--batch", String(opts.batch)]),
+    ...(opts.stopAt === undefined ? [] : ["--stop-at-action-probability", String(opts.stopAt)])], "the supervised warm start");
   return JSON.parse(stdout.trim().split("\n").at(-1)!) as SftSummary;
 }
