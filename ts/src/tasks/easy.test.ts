@@ -2,7 +2,7 @@
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RolloutRunner } from "../rollout/index.ts";
 import { baseImageTag, ensureBaseImage, taskImageTag } from "../sandbox/index.ts";
@@ -10,6 +10,7 @@ import { IMAGE_BUILD_TIMEOUT_MS, leftoverContainers } from "../sandbox/test-supp
 import { EASY_NAMES, easyFamily } from "./easy.ts";
 import { checkHealth, healthyOnly, HealthStore, runRollout } from "./health.ts";
 import { openTaskSource } from "./sources.ts";
+import { easySuite } from "./suites.ts";
 import { formatSweBenchJsonl } from "./swebench.ts";
 import type { Task } from "./task.ts";
 
@@ -118,7 +119,7 @@ describe("easy tasks in the real sandbox", () => {
     const broken = { ...tasks[0]!.record!, instance_id: "easy-broken", patch: tasks[1]!.record!.patch };
     const file = join(work, "broken.jsonl");
     writeFileSync(file, formatSweBenchJsonl([broken]));
-    const set = await openTaskSource(file, { ...cfg, repoRoots: [join(cfg.cacheDir, "suites", "easy-v1-s2-n4", "repos")] });
+    const set = await openTaskSource(file, { ...cfg, repoRoots: [join(dirname(await easySuite(cfg, { seed: "2", count: "4" })), "repos")] });
     const [r] = await checkHealth(set.tasks, runner, store);
     expect(r!.healthy).toBe(false);
     expect(r!.reason).toMatch(/^gold solution must score 1, got (ok, reward 0|agent_error, reward 0)$/);
