@@ -2,8 +2,8 @@
  * The `easy` family: tasks a tiny model can learn on CPU. Each is one short
  * Python module with one bug made from a template (a wrong constant, a wrong
  * operator, a missing return, an off-by-one comparison), a test file beside
- * it, and an instruction of one regular sentence naming the file, the call
- * and the value it should give. A solving episode is read file, write file,
+ * it, and a one-line instruction naming the file, the call and the value it
+ * should give, in one of six phrasings. A solving episode is read file, write file,
  * submit. Variants are drawn from a seed; held-out tasks (split `test`) use
  * function names no training task uses, so evaluation shows generalisation.
  *
