@@ -192,8 +192,13 @@ def test_an_engine_actor_that_dies_is_a_fleet_error_when_watched_and_when_synced
     assert fleet.finished() is False  # no workers yet: not finished, and the engine answers
     ray.kill(fleet.engines[0])
     fleet.watch_interval_s = 0.0  # look now rather than after the interval
+    # ray.kill is asynchronous: for a moment the actor may be "unavailable" (asked again next round, as the job's
+    # loop does) before Ray reports it dead. The job polls; so does this, within a bound.
+    deadline = time.monotonic() + 60
     with pytest.raises(RolloutFleetError, match=f"engine server {address} died"):
-        fleet.finished()
+        while time.monotonic() < deadline:
+            assert fleet.finished() is False
+            time.sleep(0.2)
     sync = EngineActorWeightSync(engines=fleet.engines, addresses=fleet.engine_addresses)
     (tmp_path / "w" / "v1").mkdir(parents=True)
     with pytest.raises(RolloutFleetError, match=f"engine server {address} died while loading v1"):
