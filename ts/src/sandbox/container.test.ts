@@ -56,6 +56,22 @@ describe("Sandbox lifecycle against the real daemon", () => {
     expect(r.stdout).toBe("hello\n");
   });
 
+  it("streams stdout to onStdout as it is written, before the command ends, past the cap too", async () => {
+    const seen: Array<{ text: string; at: number }> = [];
+    const t0 = performance.now();
+    const r = await sb.sh("echo first; sleep 1; echo second", { capBytes: 6, onStdout: (c) => seen.push({ text: c.toString(), at: performance.now() - t0 }) });
+    const ended = performance.now() - t0;
+    expect(seen.map((s) => s.text).join("")).toBe("first\nsecond\n");
+    expect(seen[0]!.at).toBeLessThan(ended - 500); // the first line came a second before the end
+    expect(r).toMatchObject({ exitCode: 0, stdout: "first\n", truncated: true });
+  });
+
+  it("rejects with the caller's own error when onStdout throws, and the sandbox stays usable", async () => {
+    const oops = new Error("the caller's hook failed");
+    await expect(sb.sh("echo a", { onStdout: () => { throw oops; } })).rejects.toBe(oops);
+    expect((await sb.sh("echo still")).stdout).toBe("still\n");
+  });
+
   it("copies files in and out as tar, keeping mode and owner", async () => {
     await sb.putFiles("/workspace", [
       { path: "pkg/a.py", content: Buffer.from("print(1)\n"), mode: 0o755, uid: 1000, gid: 1000 },

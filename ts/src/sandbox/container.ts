@@ -46,6 +46,8 @@ export interface ExecOptions {
   env?: Record<string, string>;
   workdir?: string;
   stdin?: Buffer | string;
+  /** Called with each chunk of stdout as it arrives (before the cap applies), e.g. to show a long command's progress. */
+  onStdout?: (chunk: Buffer) => void;
 }
 
 export interface ExecResult {
@@ -163,6 +165,7 @@ export class Sandbox {
     const argv = timeoutSec !== undefined ? ["timeout", "-s", "KILL", String(timeoutSec), ...cmd] : cmd;
     const out = new CappedOutput(opts.capBytes ?? 1 << 20);
     let exec: Docker.Exec;
+    let hookError: unknown; // the caller's onStdout threw: the exec's result is the caller's error, as is
     try {
       exec = await this.container.exec({
         Cmd: argv,
@@ -179,6 +182,17 @@ export class Sandbox {
         stream.on("close", resolve);
         stream.on("error", reject);
       });
+      const onStdout = opts.onStdout;
+      if (onStdout) {
+        out.stdout.on("data", (c: Buffer) => {
+          if (hookError !== undefined) return;
+          try {
+            onStdout(c);
+          } catch (e) {
+            hookError = e ?? new Error("onStdout threw");
+          }
+        });
+      }
       this.container.modem.demuxStream(stream, out.stdout, out.stderr);
       if (opts.stdin !== undefined) stream.end(opts.stdin);
       // The stream ends when every holder of the exec's stdout closes it, not when
@@ -199,13 +213,14 @@ export class Sandbox {
         }
         return { exitCode: 137, ...out.text(), timedOut: true, truncated: out.truncated, ms: performance.now() - t0 };
       }
+      if (hookError !== undefined) throw hookError;
       const info = await exec.inspect();
       const exitCode = info.ExitCode ?? -1;
       const ms = performance.now() - t0;
       const timedOut = timeoutSec !== undefined && TIMEOUT_EXITS.has(exitCode) && ms >= timeoutSec * 1000 - 50;
       return { exitCode, ...out.text(), timedOut, truncated: out.truncated, ms };
     } catch (e) {
-      if (e instanceof SandboxEnvError) throw e;
+      if (e instanceof SandboxEnvError || (hookError !== undefined && e === hookError)) throw e;
       throw await this.diedOr(e, `exec ${cmd[0]}`);
     }
   }
