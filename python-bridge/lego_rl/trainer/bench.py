@@ -85,6 +85,9 @@ class LegoSteps:
             "step_s": statistics.median(self.full[warmup:]),
             "update_s": statistics.median(update),
             "tokens_per_s": sum(self.tokens[warmup:]) / sum(update),
+            # TRL runs forward, backward and the optimizer on every step; ours skips a step whose groups all have
+            # equal rewards. Such steps would flatter the median, so the bench reports how many it measured.
+            "steps_without_update": sum(1 for t in self.tokens[warmup:] if t == 0),
         }
 
 
@@ -160,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         "vs_trl": round(trl["step_s"] / ours["step_s"], 2),
         "trl_gradient_checkpointing": False,
         "trl_aux_loss": False,
+        "steps_without_update": ours["steps_without_update"],
     }))
     return 0
 
