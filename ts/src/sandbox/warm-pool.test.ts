@@ -14,19 +14,27 @@ beforeAll(fixtureImages, IMAGE_BUILD_TIMEOUT_MS);
 describe("warm pool", () => {
   it("hands out a pre-started sandbox at once and refills behind it", async () => {
     const { tag } = await ensureBaseImage();
+    const started: Sandbox[] = [];
     const pool = new WarmPool(
-      () => Sandbox.start({ image: tag, rolloutId: "pool", stage: "grading" }),
+      async () => {
+        const s = await Sandbox.start({ image: tag, rolloutId: "pool", stage: "grading" });
+        started.push(s);
+        return s;
+      },
       (s) => s.remove(),
       { size: 2, fillConcurrency: 1 },
     ).start();
     await pool.whenFull();
-    const t0 = performance.now();
+    const startedBefore = started.map((s) => s.id);
+    expect(startedBefore).toHaveLength(2);
     const sb = await pool.acquire();
-    const readyMs = performance.now() - t0;
-    expect(readyMs).toBeLessThan(50);
+    // "At once": the sandbox handed out is one started before the call, not one started for it
+    // (a behaviour, not a timing, so a loaded CI machine cannot flake it).
+    expect(startedBefore).toContain(sb.id);
     expect((await sb.sh("echo ready")).stdout).toBe("ready\n");
     await pool.whenFull();
     expect(pool.readyCount).toBe(2);
+    expect(started).toHaveLength(3); // refilled behind it
     await sb.remove();
     await pool.close();
     expect(await leftoverContainers()).toEqual([]);
