@@ -126,8 +126,10 @@ export function baseModel(workDir: string, seed = 0): string {
   return base;
 }
 
-/** The tiny randomly initialised MoE with the Qwen3 vocabulary, then SFT on the demonstrations into workDir/warm-start. */
-/** `stopAt`: stop once the demonstrations' mean whole-action probability reaches it (`steps` is then a cap). */
+/**
+ * The tiny randomly initialised MoE with the Qwen3 vocabulary, then SFT on the demonstrations into workDir/warm-start.
+ * `stopAt`: stop once the demonstrations' mean whole-action probability reaches it (`steps` is then a cap).
+ */
 export function warmStart(opts: { workDir: string; demonstrations: string; steps: number; lr?: number; batch?: number; seed?: number; stopAt?: number }): SftSummary {
   const base = baseModel(opts.workDir, opts.seed ?? 0);
   const out = join(opts.workDir, "warm-start");

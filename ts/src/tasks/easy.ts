@@ -95,7 +95,9 @@ interface Variant {
   instruction: string;
 }
 
-type Template = (rng: Rng, fn: string, module: string, helper: string) => Omit<Variant, "instruction"> & { call: string; expected: string };
+/** A template's draw: the variant before its instruction is phrased, with the call and value the instruction names. */
+type Drawn = Omit<Variant, "instruction"> & { call: string; expected: string };
+type Template = (rng: Rng, fn: string, module: string, helper: string) => Drawn;
 
 const helperSrc = (helper: string) => `\n\ndef ${helper}(x):\n    return x\n`;
 const testFile = (module: string, fn: string, helper: string, call: string, expected: string) =>
@@ -146,7 +148,7 @@ const TEMPLATES: Record<string, Template> = {
   },
 };
 
-function variant(template: string, module: string, buggy: string, fixed: string, fn: string, helper: string, call: string, expected: string): Omit<Variant, "instruction"> & { call: string; expected: string } {
+function variant(template: string, module: string, buggy: string, fixed: string, fn: string, helper: string, call: string, expected: string): Drawn {
   return {
     template,
     module,
