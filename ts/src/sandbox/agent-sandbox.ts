@@ -106,7 +106,7 @@ export class AgentSandbox {
     }
     try {
       const { pid } = await sandbox.state();
-      return new AgentSandbox(sandbox, slot, await armNetworkGuard(pid), pid, [...mounts.map((m) => m.containerPath), "/tmp"]);
+      return new AgentSandbox(sandbox, slot, await armNetworkGuard(pid), pid, [...mounts.map((m) => m.containerPath), ...sandbox.ownMountPoints(), "/tmp"]);
     } catch (e) {
       // Started but not inspectable (the daemon went away; armNetworkGuard itself never throws): nobody
       // else holds the container or the slot.

@@ -9,6 +9,9 @@ import { join } from "node:path";
 import { armDiskQuota, filesystemFull } from "./disk-quota.ts";
 import { takePreparedQuota } from "./quota-pool.ts";
 import { CappedOutput, dockerClient, readAll } from "./docker.ts";
+import { ExecChannel } from "./exec-channel.ts";
+import { EXEC_SERVER, EXEC_SERVER_CAPS, execServerHostDir } from "./exec-server.ts";
+import { sandboxHost } from "./host-settings.ts";
 import { AgentLimitError, SandboxEnvError, daemonError, type SandboxErrorContext } from "./errors.ts";
 import type { Readable } from "node:stream";
 import { currentRun } from "./run-identity.ts";
@@ -63,19 +66,43 @@ export interface ExecResult {
 const TIMEOUT_EXITS = new Set([124, 137]);
 /** How long past its timeout an exec's output may stay open before we stop waiting. */
 const EXEC_GRACE_MS = 5_000;
+/** How long past execd's own grace period the host waits for its word before asking whether the container died. */
+const EXEC_SERVER_SLACK_MS = 5_000;
+
+/**
+ * Whether a container runs execd (exec-server.ts) as its main process. Grading keeps
+ * `docker exec`: its trusted runner runs as root, which execd refuses, and reward code
+ * stays on the path that has the fewest parts. Build containers run their setup as root.
+ */
+export function usesExecServer(spec: SandboxSpec): boolean {
+  return sandboxHost().execServer && (spec.profile ?? "task") === "task" && spec.stage !== "grading";
+}
+
+/** The uid and gid execd runs a command as, or undefined when the command must go through `docker exec` (root, a user name). */
+function servedUser(user: string | undefined): { uid: number; gid: number } | undefined {
+  const m = /^(\d+):(\d+)$/.exec(user ?? `${AGENT_UID}:${AGENT_UID}`);
+  if (!m) return undefined;
+  const uid = Number(m[1]);
+  const gid = Number(m[2]);
+  return uid > 0 && gid > 0 && uid < 2 ** 32 && gid < 2 ** 32 ? { uid, gid } : undefined;
+}
 
 export function containerCreateOptions(spec: SandboxSpec): Docker.ContainerCreateOptions {
   const limits = spec.limits ?? DEFAULT_LIMITS;
   const run = currentRun();
   const task = (spec.profile ?? "task") === "task";
+  const served = usesExecServer(spec);
   return {
     Image: spec.image,
-    // Held open by a do-nothing process; work arrives through exec.
-    Cmd: ["sleep", "infinity"],
-    // PID 1 (docker-init + sleep) runs as root so the agent's uid cannot signal
-    // it: otherwise `kill 1` would stop the container and turn a failing
-    // rollout into an env_error, which is never trained on. Root here holds no
-    // capabilities; every exec runs as the agent unless told otherwise.
+    // Held open by execd, which takes commands over the attach stream, or by a
+    // do-nothing process when every command comes through `docker exec`.
+    Cmd: served ? [EXEC_SERVER.binary] : ["sleep", "infinity"],
+    ...(served ? { OpenStdin: true, StdinOnce: false } : {}),
+    // PID 1 (docker-init) and its child run as root so the agent's uid cannot
+    // signal them: otherwise `kill 1` would stop the container and turn a
+    // failing rollout into an env_error, which is never trained on. Root here
+    // holds no capabilities but execd's four (which its commands never keep);
+    // every command runs as the agent unless told otherwise.
     User: "0:0",
     WorkingDir: WORKSPACE,
     Env: Object.entries({ HOME: "/tmp", ...spec.env }).map(([k, v]) => `${k}=${v}`),
@@ -97,13 +124,18 @@ export function containerCreateOptions(spec: SandboxSpec): Docker.ContainerCreat
       // uid the code under test cannot signal); it needs to start the verifier
       // as the agent and kill all of the agent's processes afterwards. Processes
       // of any other uid hold none of these (no-new-privileges, no file caps).
-      CapAdd: task && spec.stage === "grading" ? ["KILL", "SETUID", "SETGID"] : [],
+      CapAdd: task && spec.stage === "grading" ? ["KILL", "SETUID", "SETGID"] : served ? [...EXEC_SERVER_CAPS] : [],
       SecurityOpt: task ? ["no-new-privileges"] : [],
       PidsLimit: limits.pids,
       Memory: limits.memoryBytes,
       MemorySwap: limits.memoryBytes,
       NanoCpus: Math.round(limits.cpus * 1e9),
-      Binds: (spec.mounts ?? []).map((m) => `${m.hostPath}:${m.containerPath}:${m.readOnly ? "ro" : "rw"}`),
+      Binds: [
+        ...(spec.mounts ?? []).map((m) => `${m.hostPath}:${m.containerPath}:${m.readOnly ? "ro" : "rw"}`),
+        ...(served ? [`${execServerHostDir()}:${EXEC_SERVER.dir}:ro`] : []),
+      ],
+      // execd's stdout carries every command's output: nothing of it belongs in the daemon's log files.
+      ...(served ? { LogConfig: { Type: "none", Config: {} } } : {}),
       Tmpfs: { "/tmp": `rw,nosuid,nodev,size=${limits.tmpBytes},mode=1777` },
       ShmSize: limits.shmBytes,
       AutoRemove: false,
@@ -115,6 +147,8 @@ export class Sandbox {
   private removed = false;
   /** Host folder of the quota filesystem holding the container's writable layer (none for build containers). */
   private quotaDir: string | undefined;
+  /** The attach stream to execd (usesExecServer), or undefined when every command goes through `docker exec`. */
+  private channel: ExecChannel | undefined;
 
   private constructor(
     readonly container: Docker.Container,
@@ -123,6 +157,11 @@ export class Sandbox {
 
   get id(): string {
     return this.container.id;
+  }
+
+  /** Container paths the sandbox mounted itself (execd's folder), beside the spec's mounts. */
+  ownMountPoints(): string[] {
+    return this.channel ? [EXEC_SERVER.dir] : [];
   }
 
   context(): SandboxErrorContext {
@@ -140,11 +179,19 @@ export class Sandbox {
     }
     const sb = new Sandbox(container, spec);
     const diskBytes = (spec.limits ?? DEFAULT_LIMITS).diskBytes;
+    // Attached before the start, beside the quota, so the first command can follow the start at once.
+    const attaching = usesExecServer(spec) ? ExecChannel.attach(container) : undefined;
     try {
       if ((spec.profile ?? "task") === "task" && diskBytes > 0) {
         sb.quotaDir = await armDiskQuota(container, diskBytes, sb.context(), takePreparedQuota(diskBytes));
       }
+      if (attaching) {
+        sb.channel = await attaching.catch((e: unknown) => {
+          throw daemonError(e, "attach to the container's command server", sb.context());
+        });
+      }
     } catch (e) {
+      void attaching?.then((c) => c.close(), () => {});
       await sb.remove().catch(() => {});
       throw e;
     }
@@ -159,6 +206,8 @@ export class Sandbox {
 
   /** Runs a command; a non-zero exit is a result, a daemon failure throws SandboxEnvError. */
   async exec(cmd: string[], opts: ExecOptions = {}): Promise<ExecResult> {
+    const user = servedUser(opts.user);
+    if (this.channel && user) return this.execServed(this.channel, user, cmd, opts);
     const t0 = performance.now();
     const timeoutSec = opts.timeoutMs !== undefined ? Math.max(1, Math.ceil(opts.timeoutMs / 1000)) : undefined;
     // timeout(1) runs the command in its own process group and kills the whole group.
@@ -219,6 +268,60 @@ export class Sandbox {
       const ms = performance.now() - t0;
       const timedOut = timeoutSec !== undefined && TIMEOUT_EXITS.has(exitCode) && ms >= timeoutSec * 1000 - 50;
       return { exitCode, ...out.text(), timedOut, truncated: out.truncated, ms };
+    } catch (e) {
+      if (e instanceof SandboxEnvError || (hookError !== undefined && e === hookError)) throw e;
+      throw await this.diedOr(e, `exec ${cmd[0]}`);
+    }
+  }
+
+  /** exec through execd: the same result as `docker exec` gives, without a `runc exec`. */
+  private async execServed(channel: ExecChannel, user: { uid: number; gid: number }, cmd: string[], opts: ExecOptions): Promise<ExecResult> {
+    const t0 = performance.now();
+    const timeoutSec = opts.timeoutMs !== undefined ? Math.max(1, Math.ceil(opts.timeoutMs / 1000)) : undefined;
+    const out = new CappedOutput(opts.capBytes ?? 1 << 20);
+    let hookError: unknown; // the caller's onStdout threw: the exec's result is the caller's error, as is
+    const onStdout = (c: Buffer): void => {
+      if (opts.onStdout && hookError === undefined) {
+        try {
+          opts.onStdout(c);
+        } catch (e) {
+          hookError = e ?? new Error("onStdout threw");
+        }
+      }
+      out.add(c, "out");
+    };
+    // Bad input (a NUL byte, stdin over the limit) throws here, before anything is sent.
+    const run = channel.run(
+      {
+        argv: cmd,
+        ...user,
+        env: opts.env ?? {},
+        workdir: opts.workdir ?? "",
+        timeoutMs: (timeoutSec ?? 0) * 1000,
+        graceMs: EXEC_GRACE_MS,
+        ...(opts.stdin !== undefined ? { stdin: Buffer.from(opts.stdin) } : {}),
+      },
+      onStdout,
+      (c) => out.add(c, "err"),
+    );
+    try {
+      let result: { exitCode: number; timedOut: boolean } | "silent";
+      if (timeoutSec === undefined) result = await run.done;
+      else {
+        // execd answers by its deadline plus the grace period; past that, it or the container is gone.
+        let guard: NodeJS.Timeout | undefined;
+        const silent = new Promise<"silent">((r) => (guard = setTimeout(() => r("silent"), timeoutSec * 1000 + EXEC_GRACE_MS + EXEC_SERVER_SLACK_MS)));
+        result = await Promise.race([run.done, silent]).finally(() => clearTimeout(guard));
+      }
+      if (result === "silent") {
+        channel.kill(run.id);
+        if (!(await this.state()).running) {
+          throw new SandboxEnvError("container_died", `exec ${cmd[0]}: no answer ${timeoutSec! * 1000 + EXEC_GRACE_MS} ms after its timeout`, this.context());
+        }
+        return { exitCode: 137, ...out.text(), timedOut: true, truncated: out.truncated, ms: performance.now() - t0 };
+      }
+      if (hookError !== undefined) throw hookError;
+      return { exitCode: result.exitCode, ...out.text(), timedOut: result.timedOut, truncated: out.truncated, ms: performance.now() - t0 };
     } catch (e) {
       if (e instanceof SandboxEnvError || (hookError !== undefined && e === hookError)) throw e;
       throw await this.diedOr(e, `exec ${cmd[0]}`);
@@ -354,6 +457,7 @@ export class Sandbox {
   async remove(): Promise<void> {
     if (this.removed) return;
     this.removed = true;
+    this.channel?.close();
     try {
       await this.container.remove({ force: true, v: true });
     } catch (e) {

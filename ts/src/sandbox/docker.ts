@@ -117,11 +117,12 @@ export class CappedOutput {
   truncated = false;
 
   constructor(readonly capBytes: number) {
-    this.stdout.on("data", (c: Buffer) => this.push(c, "out"));
-    this.stderr.on("data", (c: Buffer) => this.push(c, "err"));
+    this.stdout.on("data", (c: Buffer) => this.add(c, "out"));
+    this.stderr.on("data", (c: Buffer) => this.add(c, "err"));
   }
 
-  private push(c: Buffer, which: "out" | "err"): void {
+  /** Takes a chunk at once (the streams above take theirs as they flow). */
+  add(c: Buffer, which: "out" | "err"): void {
     const len = which === "out" ? this.outLen : this.errLen;
     const room = this.capBytes - len;
     if (room <= 0) {

@@ -22,6 +22,12 @@ export interface SandboxHostSettings {
    * does not make its own; 0 makes each one in place at start.
    */
   readonly quotaPoolSize: number;
+  /**
+   * Task containers (all stages but grading) run execd as their main process and take agent-user
+   * commands through it instead of `docker exec` (in-container/execd.c); false runs every command
+   * through `docker exec`, as before it existed.
+   */
+  readonly execServer: boolean;
 }
 
 export const DEFAULT_SANDBOX_HOST: SandboxHostSettings = {
@@ -30,6 +36,7 @@ export const DEFAULT_SANDBOX_HOST: SandboxHostSettings = {
   runId: null,
   sshAgent: null,
   quotaPoolSize: 4,
+  execServer: true,
 };
 
 let settings: SandboxHostSettings = DEFAULT_SANDBOX_HOST;
