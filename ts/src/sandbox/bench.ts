@@ -5,6 +5,7 @@
  * Measures, on the machine it runs on:
  *   - start→first exec output of a cached image (create + start + `echo ok`), p50/p99, against
  *     `docker run --rm --network none` with the same limits, and the same pair counting removal;
+ *     beside them, ours with the command through `docker exec` instead of execd;
  *   - time to a ready sandbox from a warm pool, and one no-op rollout end to
  *     end with fresh containers vs warm pools;
  *   - 32 rollouts at once through setup → agent (no-op) → grading;
@@ -85,22 +86,36 @@ async function main(): Promise<void> {
   //    (ours: Sandbox.remove, which also tears down the per-container disk quota; the baseline: `--rm`
   //    finishing, which pays no quota because plain docker has none). The quota pool (quota-pool.ts) is
   //    refilled before each pair, outside both clocks, so its background mke2fs overlaps neither side.
+  //    A third series, alternated with both, runs our command through `docker exec` instead of the
+  //    container's command server (execd): what execd changes, measured on the same machine state.
   const ours: number[] = [];
   const oursRemoved: number[] = [];
+  const viaDockerExec: number[] = [];
   const plain: number[] = [];
   const plainRemoved: number[] = [];
-  for (let i = 0; i < N; i++) {
+  const startExecRemove = async (rolloutId: string): Promise<{ first: number; removed: number }> => {
     await warmQuotaPool(DEFAULT_LIMITS.diskBytes);
-    let t = performance.now();
+    const t = performance.now();
     let firstOutput: number | undefined;
-    const sb = await Sandbox.start({ image: image.tag, rolloutId: `bench-${i}`, stage: "agent" });
+    const sb = await Sandbox.start({ image: image.tag, rolloutId, stage: "agent" });
     const out = await sb.exec(["echo", "ok"], { onStdout: () => (firstOutput ??= performance.now()) });
     if (firstOutput === undefined) throw new Error("the sandbox's exec printed nothing");
-    ours.push(firstOutput - t);
     if (!out.stdout.includes("ok")) throw new Error(`sandbox exec printed ${JSON.stringify(out.stdout)}`);
     await sb.remove();
-    oursRemoved.push(performance.now() - t);
-    t = performance.now();
+    return { first: firstOutput - t, removed: performance.now() - t };
+  };
+  for (let i = 0; i < N; i++) {
+    const served = await startExecRemove(`bench-${i}`);
+    ours.push(served.first);
+    oursRemoved.push(served.removed);
+    const before = configureSandboxHost({ execServer: false });
+    try {
+      viaDockerExec.push((await startExecRemove(`bench-docker-exec-${i}`)).first);
+    } finally {
+      configureSandboxHost(before);
+    }
+    await warmQuotaPool(DEFAULT_LIMITS.diskBytes);
+    const t = performance.now();
     const { first, done } = dockerRunFirstOutput(baselineArgs(image.tag));
     plain.push((await first) - t);
     plainRemoved.push((await done) - t);
@@ -109,7 +124,7 @@ async function main(): Promise<void> {
   const dockerP50 = pct(plain, 50);
   const removedP50 = pct(oursRemoved, 50);
   const dockerRemovedP50 = pct(plainRemoved, 50);
-  log({ metric: "start_to_first_exec", p50_ms: r1(startP50), p99_ms: r1(pct(ours, 99)), docker_run_p50_ms: r1(dockerP50), docker_run_p99_ms: r1(pct(plain, 99)), n: N });
+  log({ metric: "start_to_first_exec", p50_ms: r1(startP50), p99_ms: r1(pct(ours, 99)), via_docker_exec_p50_ms: r1(pct(viaDockerExec, 50)), docker_run_p50_ms: r1(dockerP50), docker_run_p99_ms: r1(pct(plain, 99)), n: N });
   log({ metric: "start_exec_remove", p50_ms: r1(removedP50), p99_ms: r1(pct(oursRemoved, 99)), docker_run_rm_p50_ms: r1(dockerRemovedP50), docker_run_rm_p99_ms: r1(pct(plainRemoved, 99)), n: N });
 
   // 2. warm pool: acquisition latency with the pool full (steady state: rollouts outlast a start).
@@ -183,10 +198,12 @@ async function main(): Promise<void> {
       start_p99_ms: r1(pct(ours, 99)),
       docker_run_p50_ms: r1(dockerP50),
       vs_docker_run: Math.round((startP50 / dockerP50) * 100) / 100,
+      start_via_docker_exec_p50_ms: r1(pct(viaDockerExec, 50)),
       start_remove_p50_ms: r1(removedP50),
       docker_run_rm_p50_ms: r1(dockerRemovedP50),
       vs_docker_run_with_removal: Math.round((removedP50 / dockerRemovedP50) * 100) / 100,
       quota_pool: QUOTA_POOL,
+      ours: "create + disk quota + attach + start, then `echo ok` as the agent through the container's command server (execd)",
       baseline: "docker run --rm --network none, same memory/pids/cpus/cap-drop/no-new-privileges/tmpfs/shm/init, --user agent; no disk quota",
       pool_ready_p50_ms: r1(pct(ready, 50)),
       rollout_p50_ms: r1(pct(coldSeq, 50)),
