@@ -69,6 +69,9 @@ function str(s: string): Buffer {
 export function encodeRun(id: number, req: ChannelRequest): Buffer {
   if (req.argv.length === 0) throw new Error("a command needs at least its program");
   if (req.stdin && req.stdin.length > MAX_CHANNEL_STDIN) throw new Error(`stdin of ${req.stdin.length} bytes is over the ${MAX_CHANNEL_STDIN}-byte limit; copy a file in with putFiles instead`);
+  for (const [what, ms] of [["timeout", req.timeoutMs], ["grace period", req.graceMs]] as const) {
+    if (!Number.isInteger(ms) || ms < 0 || ms > 0xffffffff) throw new Error(`a command's ${what} of ${ms} ms is out of range (a whole number of ms, at most ~49 days)`);
+  }
   for (const k of Object.keys(req.env)) {
     if (!k || k.includes("=")) throw new Error(`environment variable name ${JSON.stringify(k)} is empty or holds '='`);
   }
@@ -90,7 +93,20 @@ export class ExecChannel {
   private complaints = "";
 
   private constructor(private readonly stream: Duplex) {
-    demux(this.stream, (c) => this.take(c), (c) => (this.complaints = (this.complaints + c.toString("utf8")).slice(-2000)));
+    const demuxed = demux(
+      (c) => this.take(c),
+      (c) => (this.complaints = (this.complaints + c.toString("utf8")).slice(-2000)),
+    );
+    this.stream.on("data", (chunk: Buffer) => {
+      if (this.closedWith) return;
+      try {
+        demuxed(chunk);
+      } catch (e) {
+        // A stream we cannot read is a lost channel: its commands fail, the process goes on.
+        this.fail(e instanceof Error ? e : new Error(String(e)));
+        this.stream.destroy();
+      }
+    });
     this.stream.on("end", () => this.fail(new Error("the container's command stream ended")));
     this.stream.on("close", () => this.fail(new Error("the container's command stream closed")));
     this.stream.on("error", (e: Error) => this.fail(e));
@@ -99,12 +115,18 @@ export class ExecChannel {
   /** Attaches to a created (not yet started) container whose main process is execd. */
   static async attach(container: Docker.Container): Promise<ExecChannel> {
     const stream = (await container.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true })) as unknown as Duplex;
+    return ExecChannel.over(stream);
+  }
+
+  /** A channel over any duplex that speaks Docker's multiplexed attach stream to execd. */
+  static over(stream: Duplex): ExecChannel {
     return new ExecChannel(stream);
   }
 
   /** Runs one command; resolves when it ended and its output was delivered. */
   run(req: ChannelRequest, onStdout: (c: Buffer) => void, onStderr: (c: Buffer) => void): { id: number; done: Promise<ChannelResult> } {
-    const id = this.nextId++;
+    const id = this.nextId;
+    this.nextId = (this.nextId % 0xffffffff) + 1;
     const bytes = encodeRun(id, req); // throws on bad input before anything is sent
     const done = new Promise<ChannelResult>((resolve, reject) => {
       if (this.closedWith) return reject(this.closedWith);
@@ -145,10 +167,12 @@ export class ExecChannel {
       const payload = this.buf.subarray(off + HEADER, off + HEADER + len);
       off += HEADER + len;
       const p = this.pending.get(id);
+      if (!"OEXF".includes(type)) throw new Error(`execd sent a frame of unknown type ${JSON.stringify(type)}: the command stream is corrupt`);
       if (!p) continue; // a command we stopped waiting for
       if (type === "O") p.onStdout(payload);
       else if (type === "E") p.onStderr(payload);
       else if (type === "X") {
+        if (len !== 6) throw new Error(`execd sent a ${len}-byte exit frame (6 expected): the command stream is corrupt`);
         this.pending.delete(id);
         p.resolve({ exitCode: payload.readUInt32LE(0), timedOut: payload[4] === 1 });
       } else if (type === "F") {
@@ -160,19 +184,24 @@ export class ExecChannel {
   }
 }
 
-/** Docker's stream multiplexing (non-TTY attach): 8-byte headers naming stdout (1) or stderr (2) and a length. */
-function demux(stream: Duplex, onStdout: (c: Buffer) => void, onStderr: (c: Buffer) => void): void {
+/**
+ * Docker's stream multiplexing (non-TTY attach): 8-byte headers naming stdout (1) or stderr (2)
+ * and a length. Returns the function to feed each chunk to; a header naming anything else throws.
+ */
+function demux(onStdout: (c: Buffer) => void, onStderr: (c: Buffer) => void): (chunk: Buffer) => void {
   let buf: Buffer = Buffer.alloc(0);
-  stream.on("data", (chunk: Buffer) => {
+  return (chunk: Buffer) => {
     buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
     let off = 0;
     while (buf.length - off >= 8) {
       const len = buf.readUInt32BE(off + 4);
       if (buf.length - off - 8 < len) break;
       const body = buf.subarray(off + 8, off + 8 + len);
-      (buf[off] === 2 ? onStderr : onStdout)(body);
+      const kind = buf[off];
+      if (kind !== 1 && kind !== 2) throw new Error(`the attach stream named stream ${kind} (1 or 2 expected): it is not Docker's multiplexed stream`);
       off += 8 + len;
+      (kind === 2 ? onStderr : onStdout)(body);
     }
     buf = off === buf.length ? Buffer.alloc(0) : buf.subarray(off);
-  });
+  };
 }

@@ -5,9 +5,13 @@
  * agent's reach, since it holds the capabilities to start them.
  */
 import { createHash } from "node:crypto";
+import { chmodSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureBaseImage } from "./base-image.ts";
 import { Sandbox } from "./container.ts";
+import { execServerHostDir } from "./exec-server.ts";
 import { configureSandboxHost } from "./host-settings.ts";
 import { leftoverContainers } from "./test-support.ts";
 
@@ -98,6 +102,31 @@ describe("execd, the command server inside task containers", () => {
     expect(cwd.stderr).toContain("/no/such/dir");
   });
 
+  it("a file without a shebang fails as under `docker exec` (exec format error), not run by /bin/sh", async () => {
+    const script = "printf 'echo ran\\n' > /workspace/no-shebang && chmod +x /workspace/no-shebang"; // /tmp is noexec
+    await Promise.all([served.sh(script), viaDocker.sh(script)]);
+    const [a, b] = await Promise.all([served.exec(["/workspace/no-shebang"]), viaDocker.exec(["/workspace/no-shebang"])]);
+    expect(a).toMatchObject({ exitCode: b.exitCode, stdout: "" });
+    expect(a.stderr).toContain("exec format error");
+    expect(b.stderr).toContain("exec format error");
+  });
+
+  it("the agent's /etc cannot give a command more groups or point execd at its own streams", async () => {
+    const box = await Sandbox.start({ image: base, rolloutId: "execd-etc", stage: "agent" });
+    try {
+      // A task image whose /etc the agent may rewrite (root opens it up through `docker exec`).
+      await box.exec(["chmod", "777", "/etc"], { user: "0:0" });
+      await box.exec(["chmod", "666", "/etc/group"], { user: "0:0" });
+      const forged = await box.sh("echo 'r:x:0:agent' >> /etc/group && rm /etc/passwd && ln -s /proc/$(pgrep -x execd)/fd/0 /etc/passwd && echo forged");
+      expect(forged.stdout).toBe("forged\n");
+      const r = await box.sh("id -G", { timeoutMs: 20_000 });
+      expect(r).toMatchObject({ exitCode: 0, stdout: "1000\n", timedOut: false });
+      expect((await box.sh("echo still", { timeoutMs: 20_000 })).stdout).toBe("still\n");
+    } finally {
+      await box.remove();
+    }
+  });
+
   it("bad input is refused before anything runs, and the sandbox stays usable", async () => {
     await expect(served.exec(["echo", "a\0b"])).rejects.toThrow(/NUL byte/);
     await expect(served.exec(["env"], { env: { "A=B": "1" } })).rejects.toThrow(/holds '='/);
@@ -107,14 +136,29 @@ describe("execd, the command server inside task containers", () => {
   it("a container that dies under a command is container_died, at once", async () => {
     const doomed = await Sandbox.start({ image: base, rolloutId: "execd-doomed", stage: "agent" });
     try {
-      const running = doomed.sh("sleep 60", { timeoutMs: 120_000 });
+      const t0 = performance.now();
+      const running = expect(doomed.sh("sleep 60", { timeoutMs: 120_000 })).rejects.toMatchObject({ kind: "container_died" });
       await doomed.sh("true"); // the sleep has been sent
       await doomed.container.kill();
-      const t0 = performance.now();
-      await expect(running).rejects.toMatchObject({ kind: "container_died" });
-      expect(performance.now() - t0).toBeLessThan(30_000);
+      await running;
+      expect(performance.now() - t0).toBeLessThan(30_000); // not the 70 s the host waits for a silent execd
     } finally {
       await doomed.remove();
+    }
+  });
+});
+
+describe("the built execd", () => {
+  it("is used only from a folder of this user that nobody else can write", () => {
+    const state = mkdtempSync(join(tmpdir(), "lego-execd-state-"));
+    const before = configureSandboxHost({ stateDir: state });
+    try {
+      mkdirSync(join(state, "execd"));
+      chmodSync(join(state, "execd"), 0o777); // as if planted in a shared place
+      expect(() => execServerHostDir()).toThrow(/only it can write: remove it/);
+    } finally {
+      configureSandboxHost(before);
+      rmSync(state, { recursive: true, force: true });
     }
   });
 });

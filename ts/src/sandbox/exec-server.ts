@@ -1,14 +1,17 @@
 /**
  * execd (in-container/execd.c), built once per machine and content: a static
- * binary in a host folder named by the source's hash, created atomically by
- * rename so concurrent processes share one copy, and bind-mounted read-only
- * into task containers as their main process.
+ * binary in a folder of the sandbox's state directory named by the source's
+ * hash, created atomically by rename so concurrent processes share one copy,
+ * and bind-mounted read-only into task containers as their main process. It
+ * runs as root there and speaks for every command, so a copy is used only if
+ * this user owns it and nobody else can write it (never a shared /tmp path
+ * another user could have planted).
  */
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, existsSync, mkdtempSync, readFileSync, renameSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
+import { sandboxHost } from "./host-settings.ts";
 
 const SOURCE = new URL("./in-container/execd.c", import.meta.url).pathname;
 
@@ -18,15 +21,36 @@ export const EXEC_SERVER = { dir: "/opt/lego-exec", binary: "/opt/lego-exec/exec
 /** What execd needs to start commands as their user with an empty bounding set and to kill them at their deadline; commands keep none. */
 export const EXEC_SERVER_CAPS = ["KILL", "SETUID", "SETGID", "SETPCAP"] as const;
 
-let built: string | undefined;
+/** Built copies by state directory (a test may point the settings elsewhere and delete that folder after). */
+const built = new Map<string, string>();
+
+/** Whether `path` is a folder (or file) of ours that no other user can write; false when it does not exist. */
+function ownedByUs(path: string, kind: "dir" | "file"): boolean {
+  let st;
+  try {
+    st = lstatSync(path);
+  } catch {
+    return false;
+  }
+  const isKind = kind === "dir" ? st.isDirectory() : st.isFile();
+  if (!isKind || st.uid !== process.getuid!() || (st.mode & 0o022) !== 0) {
+    throw new Error(`${path} is not a ${kind === "dir" ? "folder" : "file"} of this user that only it can write: remove it (the sandbox's command server runs as root in every container)`);
+  }
+  return true;
+}
 
 /** Host folder holding the built `execd`; compiles it (a C compiler and static libc, as scripts/setup installs) on first use. */
 export function execServerHostDir(): string {
-  if (built && existsSync(join(built, "execd"))) return built;
+  const parent = join(sandboxHost().stateDir, "execd");
+  const known = built.get(parent);
+  if (known && existsSync(join(known, "execd"))) return known;
   const source = readFileSync(SOURCE);
-  const dir = join(tmpdir(), `lego-rl-execd-${createHash("sha256").update(source).digest("hex").slice(0, 16)}`);
-  if (!existsSync(join(dir, "execd"))) {
-    const tmp = mkdtempSync(join(tmpdir(), "lego-rl-execd-tmp-"));
+  mkdirSync(parent, { recursive: true, mode: 0o755 });
+  ownedByUs(parent, "dir");
+  const dir = join(parent, createHash("sha256").update(source).digest("hex").slice(0, 16));
+  if (!(ownedByUs(dir, "dir") && ownedByUs(join(dir, "execd"), "file"))) {
+    rmSync(dir, { recursive: true, force: true }); // a half-made copy of ours
+    const tmp = mkdtempSync(join(parent, "tmp-"));
     try {
       execFileSync("cc", ["-static", "-O2", "-Wall", "-Werror", "-o", join(tmp, "execd"), SOURCE], { stdio: ["ignore", "ignore", "pipe"] });
     } catch (e) {
@@ -45,6 +69,6 @@ export function execServerHostDir(): string {
       rmSync(tmp, { recursive: true, force: true }); // another process won the race
     }
   }
-  built = dir;
+  built.set(parent, dir);
   return dir;
 }

@@ -117,8 +117,8 @@ async function quiesce(sb: Sandbox): Promise<void> {
     onlyDaemonErrors(e);
   }
   const r = await sb.exec(["kill", "-KILL", "-1"], { timeoutMs: 30_000 }).catch(onlyDaemonErrors);
-  // kill -1 also kills itself: 137 is its own SIGKILL, i.e. success.
-  if (r && (r.exitCode === 0 || r.exitCode === 137)) return;
+  // kill -1 also kills itself: 137 is its own SIGKILL, i.e. success; 137 at its deadline is a kill that never ran.
+  if (r && !r.timedOut && (r.exitCode === 0 || r.exitCode === 137)) return;
   if (resourceCounters(sb.id).pidsLimitHits > 0) {
     throw new AgentLimitError("unkillable_processes", "the agent's processes could be neither frozen nor killed while they held the pids limit", sb.context());
   }

@@ -7,9 +7,9 @@
  * writes framed output to its stdout; exec-channel.ts is the other end and
  * documents the frames. It runs as root holding only KILL, SETUID, SETGID and
  * SETPCAP, and starts each command the way `docker exec` would for a non-root
- * user: its own session, an empty capability bounding set, the user's groups
- * from the container's /etc/group, no capabilities left, no-new-privileges
- * (inherited from the container). Root commands are refused: they go through
+ * user: its own session, an empty capability bounding set, its gid as its only
+ * group, no capabilities left, no-new-privileges. Nothing the agent can write
+ * (the container's /etc files) is read while root. Root commands are refused: they go through
  * `docker exec`. The agent's uid cannot signal, trace or read this process.
  *
  * Built static on the host (exec-server.ts) and bind-mounted read-only, so it
@@ -26,7 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -38,7 +40,7 @@ enum {
   MAX_COMMANDS = 1024,
   MAX_FRAME = 64 << 20, /* a request carries its stdin; the host caps it lower */
   CHUNK = 64 << 10,
-  MAX_GROUPS = 64,
+  KILL_GRACE_MS = 5000,
 };
 
 /* Frame types: host → execd: 'R' run, 'K' kill. execd → host: 'O' stdout, 'E' stderr, 'X' exit, 'F' could not start. */
@@ -71,8 +73,12 @@ static uint32_t get_u32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* One frame to the host. A host that went away is not our failure: keep serving. */
+/* Set once a write to the host failed: a frame cut short would misalign every later one, so none follow. */
+static int host_gone;
+
+/* One whole frame to the host, or none. A host that went away is not our failure: commands run on. */
 static void send_frame(char type, uint32_t id, const void *data, size_t len) {
+  if (host_gone) return;
   unsigned char head[9];
   head[0] = (unsigned char)type;
   put_u32(head + 1, id);
@@ -83,6 +89,12 @@ static void send_frame(char type, uint32_t id, const void *data, size_t len) {
     ssize_t w = writev(1, iov + (2 - n), n);
     if (w < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        struct pollfd out = {1, POLLOUT, 0};
+        poll(&out, 1, -1);
+        continue;
+      }
+      host_gone = 1;
       return;
     }
     for (struct iovec *v = iov + (2 - n); w > 0 && n > 0;) {
@@ -111,40 +123,32 @@ static void close_fd(int *fd) {
   *fd = -1;
 }
 
-/* The groups `docker exec --user UID:GID` gives: the gid, and every group of /etc/group listing the uid's name. */
-static int user_groups(uid_t uid, gid_t gid, gid_t *groups) {
-  int n = 0;
-  groups[n++] = gid;
-  char name[256] = "", line[4096];
-  FILE *f = fopen("/etc/passwd", "re");
-  if (f) {
-    while (fgets(line, sizeof line, f)) {
-      char *save, *user = strtok_r(line, ":", &save), *pw = strtok_r(NULL, ":", &save), *id = strtok_r(NULL, ":", &save);
-      (void)pw;
-      if (user && id && (uid_t)strtoul(id, NULL, 10) == uid) {
-        snprintf(name, sizeof name, "%s", user);
-        break;
-      }
-    }
-    fclose(f);
+/* Runs argv[0] found on envp's PATH as runc does (no /bin/sh retry for a file without a shebang); never returns. */
+static void exec_as_docker(char **argv, char **envp) {
+  const char *prog = argv[0];
+  if (strchr(prog, '/')) {
+    execve(prog, argv, envp);
+    fprintf(stderr, "lego-execd: exec \"%s\": %s\n", prog, errno == ENOEXEC ? "exec format error" : strerror(errno));
+    _exit(errno == ENOEXEC ? 1 : 126); /* runc finds a bad format only once started: exit 1 */
   }
-  if (!name[0] || !(f = fopen("/etc/group", "re"))) return n;
-  while (fgets(line, sizeof line, f) && n < MAX_GROUPS) {
-    line[strcspn(line, "\n")] = 0;
-    char *save, *group = strtok_r(line, ":", &save), *pw = strtok_r(NULL, ":", &save), *id = strtok_r(NULL, ":", &save);
-    char *members = strtok_r(NULL, ":", &save);
-    (void)group; (void)pw;
-    if (!id || !members) continue;
-    gid_t g = (gid_t)strtoul(id, NULL, 10);
-    for (char *s2, *m = strtok_r(members, ",", &s2); m; m = strtok_r(NULL, ",", &s2)) {
-      if (strcmp(m, name) == 0 && g != gid) { groups[n++] = g; break; }
+  const char *path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  for (char **e = envp; *e; e++) if (strncmp(*e, "PATH=", 5) == 0) path = *e + 5;
+  int format_error = 0;
+  char full[4096];
+  for (const char *dir = path;; dir++) {
+    size_t len = strcspn(dir, ":");
+    if (snprintf(full, sizeof full, "%.*s/%s", (int)len, len ? dir : ".", prog) < (int)sizeof full) {
+      execve(full, argv, envp);
+      if (errno == ENOEXEC) format_error = 1;
     }
+    dir += len;
+    if (!*dir) break;
   }
-  fclose(f);
-  return n;
+  fprintf(stderr, "lego-execd: exec \"%s\": %s\n", prog, format_error ? "exec format error" : "executable file not found in $PATH");
+  _exit(format_error ? 1 : 126);
 }
 
-/* In the child: become the user with nothing left to gain, then exec. Failures exit 126 as `docker exec`'s do. */
+/* In the child: become the user with nothing left to gain, then exec. Failures exit as `docker exec`'s do (126, or 1). */
 static void become_and_exec(uid_t uid, gid_t gid, const char *cwd, char **argv, char **envp) {
   sigset_t none;
   sigemptyset(&none);
@@ -156,14 +160,19 @@ static void become_and_exec(uid_t uid, gid_t gid, const char *cwd, char **argv, 
     perror("lego-execd: dropping the capability bounding set");
     _exit(126);
   }
-  gid_t groups[MAX_GROUPS];
-  int n = user_groups(uid, gid, groups);
-  if (setgroups(n, groups) || setgid(gid) || setuid(uid)) { perror("lego-execd: switching to the command's user"); _exit(126); }
+  /*
+   * The gid as the only group: what `docker exec --user UID:GID` gives. Nothing of the container's
+   * (its /etc/group, which the agent may be able to rewrite or point elsewhere) is read while root.
+   */
+  if (setgroups(1, &gid) || setgid(gid) || setuid(uid)) { perror("lego-execd: switching to the command's user"); _exit(126); }
+  struct __user_cap_header_struct head = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct none_caps[2] = {{0, 0, 0}, {0, 0, 0}};
+  if (syscall(SYS_capset, &head, none_caps) || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) {
+    perror("lego-execd: clearing capabilities");
+    _exit(126);
+  }
   if (cwd[0] && chdir(cwd)) { fprintf(stderr, "lego-execd: chdir to %s: %s\n", cwd, strerror(errno)); _exit(126); }
-  environ = envp; /* execvp searches this PATH */
-  execvp(argv[0], argv);
-  fprintf(stderr, "lego-execd: exec \"%s\": %s\n", argv[0], errno == ENOENT && !strchr(argv[0], '/') ? "executable file not found in $PATH" : strerror(errno));
-  _exit(126);
+  exec_as_docker(argv, envp);
 }
 
 /* The host's environment overrides replace inherited entries of the same name. */
@@ -224,7 +233,7 @@ static void run(uint32_t id, const unsigned char *payload, size_t len) {
   uint32_t argc = read_u32(&r), envc = read_u32(&r);
   if (!r.ok || argc == 0 || argc > 65536 || envc > 65536) { send_frame('F', id, "malformed request", 17); return; }
   char **argv = calloc(argc + 1, sizeof *argv), **env = calloc(envc + 1, sizeof *env), *cwd = NULL;
-  char **envp = NULL;
+  char **envp = NULL, *stdin_buf = NULL;
   struct command *c = NULL;
   int po[2] = {-1, -1}, pe[2] = {-1, -1}, pi[2] = {-1, -1};
   if (!argv || !env) { send_failure(id, "request", ENOMEM); goto out; }
@@ -234,16 +243,19 @@ static void run(uint32_t id, const unsigned char *payload, size_t len) {
   uint32_t has_stdin = read_u32(&r);
   if (!r.ok) { send_frame('F', id, "malformed request", 17); goto out; }
   if (uid == 0 || gid == 0) { send_frame('F', id, "refused: root commands go through docker exec", 45); goto out; }
-  if (find(id)) { send_frame('F', id, "duplicate command id", 20); goto out; }
+  if (find(id)) { fprintf(stderr, "lego-execd: command id %u is already running; request ignored\n", id); goto out; }
   for (int i = 0; i < MAX_COMMANDS && !c; i++) if (!commands[i].used) c = &commands[i];
   if (!c) { send_failure(id, "too many commands at once", EAGAIN); goto out; }
   if (!(envp = merged_env(env, envc))) { send_failure(id, "request", ENOMEM); goto out; }
+  size_t stdin_len = has_stdin ? (size_t)(r.end - r.p) : 0;
+  if (stdin_len && !(stdin_buf = malloc(stdin_len))) { send_failure(id, "holding the command's stdin", ENOMEM); goto out; }
+  if (stdin_len) memcpy(stdin_buf, r.p, stdin_len);
   if (pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC) || (has_stdin && pipe2(pi, O_CLOEXEC))) { send_failure(id, "pipe", errno); goto out; }
   pid_t pid = fork();
   if (pid < 0) { send_failure(id, "fork", errno); goto out; }
   if (pid == 0) {
     setsid(); /* its own process group: a timeout kills the group */
-    int devnull = has_stdin ? -1 : open("/dev/null", O_RDONLY);
+    int devnull = has_stdin ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (dup2(has_stdin ? pi[0] : devnull, 0) < 0 || dup2(po[1], 1) < 0 || dup2(pe[1], 2) < 0) _exit(126);
     become_and_exec(uid, gid, cwd, argv, envp);
   }
@@ -260,9 +272,9 @@ static void run(uint32_t id, const unsigned char *payload, size_t len) {
   if (has_stdin) {
     c->in = pi[1]; pi[1] = -1;
     fcntl(c->in, F_SETFL, O_NONBLOCK);
-    c->stdin_len = (size_t)(r.end - r.p);
-    if (c->stdin_len && !(c->stdin_buf = malloc(c->stdin_len))) c->stdin_len = 0;
-    if (c->stdin_len) memcpy(c->stdin_buf, r.p, c->stdin_len);
+    c->stdin_len = stdin_len;
+    c->stdin_buf = stdin_buf;
+    stdin_buf = NULL;
     if (!c->stdin_len) close_fd(&c->in);
   }
   if (timeout_ms) {
@@ -272,6 +284,7 @@ static void run(uint32_t id, const unsigned char *payload, size_t len) {
 out:
   for (int i = 0; i < 2; i++) { close_fd(&po[i]); close_fd(&pe[i]); close_fd(&pi[i]); }
   free(envp);
+  free(stdin_buf);
   free_strs(argv, argc);
   free_strs(env, envc);
   free(cwd);
@@ -373,6 +386,10 @@ static void handle_frames(void) {
     else if (f[0] == 'K') {
       struct command *c = find(id);
       if (c && !c->exited) { kill(-c->pid, SIGKILL); kill(c->pid, SIGKILL); c->killed = 1; }
+      if (c) { /* stop waiting for held output a grace period from now, as at a deadline */
+        if (!c->deadline_ms) c->deadline_ms = now_ms();
+        if (!c->hold_until_ms) c->hold_until_ms = now_ms() + KILL_GRACE_MS;
+      }
     } else fprintf(stderr, "lego-execd: unknown frame type %d ignored\n", f[0]);
     off += 9 + (size_t)len;
   }
@@ -408,6 +425,7 @@ int main(void) {
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
+  fcntl(1, F_SETFL, fcntl(1, F_GETFL) & ~O_NONBLOCK); /* frames go out whole */
   if (pipe2(sigchld_pipe, O_CLOEXEC | O_NONBLOCK)) { perror("lego-execd: pipe"); return 2; }
   struct sigaction sa = {0};
   sa.sa_handler = on_sigchld;
