@@ -9,10 +9,12 @@
  * bound to a proxy session later without a new mount.
  */
 import { createHash } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox, type BindMount } from "./container.ts";
+import { sandboxHost } from "./host-settings.ts";
+import { ownedPrivately, privateFolder } from "./owned-path.ts";
 import { armNetworkGuard } from "./host-probes.ts";
 import { readContainerFile } from "./proc-root.ts";
 import { ProxyRoute } from "./proxy-route.ts";
@@ -45,14 +47,17 @@ export const IN_CONTAINER = {
 
 /**
  * Host folder with the in-container tools, named by a hash of their content
- * so every process on the machine shares one copy (created atomically by rename).
+ * so every process of this user shares one copy (created atomically by
+ * rename), under the sandbox's state directory: ours alone (owned-path.ts).
  */
 function hostToolsDir(): string {
   const shim = readFileSync(join(HERE, "git-shim.sh"));
   const fwd = readFileSync(join(HERE, "forwarder.py"));
-  const dir = join(tmpdir(), `lego-rl-tools-${createHash("sha256").update(shim).update(fwd).digest("hex").slice(0, 16)}`);
-  if (existsSync(dir)) return dir;
-  const tmp = mkdtempSync(join(tmpdir(), "lego-rl-tools-tmp-"));
+  const parent = privateFolder(join(sandboxHost().stateDir, "tools"));
+  const dir = join(parent, createHash("sha256").update(shim).update(fwd).digest("hex").slice(0, 16));
+  if (ownedPrivately(dir, "dir") && ownedPrivately(join(dir, "bin/git"), "file") && ownedPrivately(join(dir, "forwarder.py"), "file")) return dir;
+  rmSync(dir, { recursive: true, force: true }); // a half-made copy of ours
+  const tmp = mkdtempSync(join(parent, "tmp-"));
   mkdirSync(join(tmp, "bin"));
   writeFileSync(join(tmp, "bin/git"), shim, { mode: 0o755 });
   writeFileSync(join(tmp, "forwarder.py"), fwd, { mode: 0o644 });

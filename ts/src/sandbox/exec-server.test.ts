@@ -156,6 +156,7 @@ describe("the built execd", () => {
       mkdirSync(join(state, "execd"));
       chmodSync(join(state, "execd"), 0o777); // as if planted in a shared place
       expect(() => execServerHostDir()).toThrow(/only it can write: remove it/);
+      expect(() => execServerHostDir()).toThrow(join(state, "execd")); // names what to remove
     } finally {
       configureSandboxHost(before);
       rmSync(state, { recursive: true, force: true });

@@ -9,9 +9,10 @@
  */
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { sandboxHost } from "./host-settings.ts";
+import { ownedPrivately, privateFolder } from "./owned-path.ts";
 
 const SOURCE = new URL("./in-container/execd.c", import.meta.url).pathname;
 
@@ -24,31 +25,15 @@ export const EXEC_SERVER_CAPS = ["KILL", "SETUID", "SETGID", "SETPCAP"] as const
 /** Built copies by state directory (a test may point the settings elsewhere and delete that folder after). */
 const built = new Map<string, string>();
 
-/** Whether `path` is a folder (or file) of ours that no other user can write; false when it does not exist. */
-function ownedByUs(path: string, kind: "dir" | "file"): boolean {
-  let st;
-  try {
-    st = lstatSync(path);
-  } catch {
-    return false;
-  }
-  const isKind = kind === "dir" ? st.isDirectory() : st.isFile();
-  if (!isKind || st.uid !== process.getuid!() || (st.mode & 0o022) !== 0) {
-    throw new Error(`${path} is not a ${kind === "dir" ? "folder" : "file"} of this user that only it can write: remove it (the sandbox's command server runs as root in every container)`);
-  }
-  return true;
-}
-
 /** Host folder holding the built `execd`; compiles it (a C compiler and static libc, as scripts/setup installs) on first use. */
 export function execServerHostDir(): string {
   const parent = join(sandboxHost().stateDir, "execd");
   const known = built.get(parent);
   if (known && existsSync(join(known, "execd"))) return known;
   const source = readFileSync(SOURCE);
-  mkdirSync(parent, { recursive: true, mode: 0o755 });
-  ownedByUs(parent, "dir");
+  privateFolder(parent);
   const dir = join(parent, createHash("sha256").update(source).digest("hex").slice(0, 16));
-  if (!(ownedByUs(dir, "dir") && ownedByUs(join(dir, "execd"), "file"))) {
+  if (!(ownedPrivately(dir, "dir") && ownedPrivately(join(dir, "execd"), "file"))) {
     rmSync(dir, { recursive: true, force: true }); // a half-made copy of ours
     const tmp = mkdtempSync(join(parent, "tmp-"));
     try {
