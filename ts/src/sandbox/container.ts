@@ -181,6 +181,8 @@ export class Sandbox {
     const diskBytes = (spec.limits ?? DEFAULT_LIMITS).diskBytes;
     // Attached before the start, beside the quota, so the first command can follow the start at once.
     const attaching = usesExecServer(spec) ? ExecChannel.attach(container) : undefined;
+    // Handled from here on: a daemon that dies while the quota is armed must not crash the process.
+    attaching?.catch(() => {});
     try {
       if ((spec.profile ?? "task") === "task" && diskBytes > 0) {
         sb.quotaDir = await armDiskQuota(container, diskBytes, sb.context(), takePreparedQuota(diskBytes));
@@ -316,7 +318,7 @@ export class Sandbox {
       if (result === "silent") {
         channel.kill(run.id);
         if (!(await this.state()).running) {
-          throw new SandboxEnvError("container_died", `exec ${cmd[0]}: no answer ${timeoutSec! * 1000 + EXEC_GRACE_MS} ms after its timeout`, this.context());
+          throw new SandboxEnvError("container_died", `exec ${cmd[0]}: no answer from the command server ${EXEC_GRACE_MS + EXEC_SERVER_SLACK_MS} ms after the command's timeout`, this.context());
         }
         return { exitCode: 137, ...out.text(), timedOut: true, truncated: out.truncated, ms: performance.now() - t0 };
       }
