@@ -9,12 +9,12 @@
  * bound to a proxy session later without a new mount.
  */
 import { createHash } from "node:crypto";
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Sandbox, type BindMount } from "./container.ts";
 import { sandboxHost } from "./host-settings.ts";
-import { ownedPrivately, privateFolder } from "./owned-path.ts";
+import { sharedFolder } from "./owned-path.ts";
 import { armNetworkGuard } from "./host-probes.ts";
 import { readContainerFile } from "./proc-root.ts";
 import { ProxyRoute } from "./proxy-route.ts";
@@ -53,21 +53,12 @@ export const IN_CONTAINER = {
 function hostToolsDir(): string {
   const shim = readFileSync(join(HERE, "git-shim.sh"));
   const fwd = readFileSync(join(HERE, "forwarder.py"));
-  const parent = privateFolder(join(sandboxHost().stateDir, "tools"));
-  const dir = join(parent, createHash("sha256").update(shim).update(fwd).digest("hex").slice(0, 16));
-  if (ownedPrivately(dir, "dir") && ownedPrivately(join(dir, "bin/git"), "file") && ownedPrivately(join(dir, "forwarder.py"), "file")) return dir;
-  rmSync(dir, { recursive: true, force: true }); // a half-made copy of ours
-  const tmp = mkdtempSync(join(parent, "tmp-"));
-  mkdirSync(join(tmp, "bin"));
-  writeFileSync(join(tmp, "bin/git"), shim, { mode: 0o755 });
-  writeFileSync(join(tmp, "forwarder.py"), fwd, { mode: 0o644 });
-  chmodSync(tmp, 0o755);
-  try {
-    renameSync(tmp, dir);
-  } catch {
-    rmSync(tmp, { recursive: true, force: true }); // another process won the race
-  }
-  return dir;
+  const hash = createHash("sha256").update(shim).update(fwd).digest("hex").slice(0, 16);
+  return sharedFolder(join(sandboxHost().stateDir, "tools"), hash, ["bin/git", "forwarder.py"], (tmp) => {
+    mkdirSync(join(tmp, "bin"));
+    writeFileSync(join(tmp, "bin/git"), shim, { mode: 0o755 });
+    writeFileSync(join(tmp, "forwarder.py"), fwd, { mode: 0o644 });
+  });
 }
 
 export class AgentSandbox {

@@ -78,6 +78,30 @@ export function usesExecServer(spec: SandboxSpec): boolean {
   return sandboxHost().execServer && (spec.profile ?? "task") === "task" && spec.stage !== "grading";
 }
 
+/** A command's timeout in whole seconds (at least 1), as both exec paths enforce it; undefined: none. */
+function timeoutSeconds(opts: ExecOptions): number | undefined {
+  return opts.timeoutMs !== undefined ? Math.max(1, Math.ceil(opts.timeoutMs / 1000)) : undefined;
+}
+
+/**
+ * The caller's onStdout, fed each chunk. A throw is kept, not raised (the output keeps flowing
+ * to the end), and the exec then rejects with the caller's own error, as is.
+ */
+function stdoutHook(onStdout: ((chunk: Buffer) => void) | undefined): { feed: (chunk: Buffer) => void; error: () => unknown } {
+  let error: unknown;
+  return {
+    feed: (chunk) => {
+      if (!onStdout || error !== undefined) return;
+      try {
+        onStdout(chunk);
+      } catch (e) {
+        error = e ?? new Error("onStdout threw");
+      }
+    },
+    error: () => error,
+  };
+}
+
 /** The uid and gid execd runs a command as, or undefined when the command must go through `docker exec` (root, a user name). */
 function servedUser(user: string | undefined): { uid: number; gid: number } | undefined {
   const m = /^(\d+):(\d+)$/.exec(user ?? `${AGENT_UID}:${AGENT_UID}`);
@@ -211,12 +235,12 @@ export class Sandbox {
     const user = servedUser(opts.user);
     if (this.channel && user) return this.execServed(this.channel, user, cmd, opts);
     const t0 = performance.now();
-    const timeoutSec = opts.timeoutMs !== undefined ? Math.max(1, Math.ceil(opts.timeoutMs / 1000)) : undefined;
+    const timeoutSec = timeoutSeconds(opts);
     // timeout(1) runs the command in its own process group and kills the whole group.
     const argv = timeoutSec !== undefined ? ["timeout", "-s", "KILL", String(timeoutSec), ...cmd] : cmd;
     const out = new CappedOutput(opts.capBytes ?? 1 << 20);
     let exec: Docker.Exec;
-    let hookError: unknown; // the caller's onStdout threw: the exec's result is the caller's error, as is
+    const hook = stdoutHook(opts.onStdout);
     try {
       exec = await this.container.exec({
         Cmd: argv,
@@ -233,17 +257,7 @@ export class Sandbox {
         stream.on("close", resolve);
         stream.on("error", reject);
       });
-      const onStdout = opts.onStdout;
-      if (onStdout) {
-        out.stdout.on("data", (c: Buffer) => {
-          if (hookError !== undefined) return;
-          try {
-            onStdout(c);
-          } catch (e) {
-            hookError = e ?? new Error("onStdout threw");
-          }
-        });
-      }
+      if (opts.onStdout) out.stdout.on("data", hook.feed);
       this.container.modem.demuxStream(stream, out.stdout, out.stderr);
       if (opts.stdin !== undefined) stream.end(opts.stdin);
       // The stream ends when every holder of the exec's stdout closes it, not when
@@ -264,14 +278,14 @@ export class Sandbox {
         }
         return { exitCode: 137, ...out.text(), timedOut: true, truncated: out.truncated, ms: performance.now() - t0 };
       }
-      if (hookError !== undefined) throw hookError;
+      if (hook.error() !== undefined) throw hook.error();
       const info = await exec.inspect();
       const exitCode = info.ExitCode ?? -1;
       const ms = performance.now() - t0;
       const timedOut = timeoutSec !== undefined && TIMEOUT_EXITS.has(exitCode) && ms >= timeoutSec * 1000 - 50;
       return { exitCode, ...out.text(), timedOut, truncated: out.truncated, ms };
     } catch (e) {
-      if (e instanceof SandboxEnvError || (hookError !== undefined && e === hookError)) throw e;
+      if (e instanceof SandboxEnvError || (hook.error() !== undefined && e === hook.error())) throw e;
       throw await this.diedOr(e, `exec ${cmd[0]}`);
     }
   }
@@ -279,17 +293,11 @@ export class Sandbox {
   /** exec through execd: the same result as `docker exec` gives, without a `runc exec`. */
   private async execServed(channel: ExecChannel, user: { uid: number; gid: number }, cmd: string[], opts: ExecOptions): Promise<ExecResult> {
     const t0 = performance.now();
-    const timeoutSec = opts.timeoutMs !== undefined ? Math.max(1, Math.ceil(opts.timeoutMs / 1000)) : undefined;
+    const timeoutSec = timeoutSeconds(opts);
     const out = new CappedOutput(opts.capBytes ?? 1 << 20);
-    let hookError: unknown; // the caller's onStdout threw: the exec's result is the caller's error, as is
+    const hook = stdoutHook(opts.onStdout);
     const onStdout = (c: Buffer): void => {
-      if (opts.onStdout && hookError === undefined) {
-        try {
-          opts.onStdout(c);
-        } catch (e) {
-          hookError = e ?? new Error("onStdout threw");
-        }
-      }
+      hook.feed(c);
       out.add(c, "out");
     };
     // Bad input (a NUL byte, stdin over the limit) throws here, before anything is sent.
@@ -322,10 +330,10 @@ export class Sandbox {
         }
         return { exitCode: 137, ...out.text(), timedOut: true, truncated: out.truncated, ms: performance.now() - t0 };
       }
-      if (hookError !== undefined) throw hookError;
+      if (hook.error() !== undefined) throw hook.error();
       return { exitCode: result.exitCode, ...out.text(), timedOut: result.timedOut, truncated: out.truncated, ms: performance.now() - t0 };
     } catch (e) {
-      if (e instanceof SandboxEnvError || (hookError !== undefined && e === hookError)) throw e;
+      if (e instanceof SandboxEnvError || (hook.error() !== undefined && e === hook.error())) throw e;
       throw await this.diedOr(e, `exec ${cmd[0]}`);
     }
   }

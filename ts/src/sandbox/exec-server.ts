@@ -9,10 +9,10 @@
  */
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, existsSync, mkdtempSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { sandboxHost } from "./host-settings.ts";
-import { ownedPrivately, privateFolder } from "./owned-path.ts";
+import { sharedFolder } from "./owned-path.ts";
 
 const SOURCE = new URL("./in-container/execd.c", import.meta.url).pathname;
 
@@ -30,16 +30,11 @@ export function execServerHostDir(): string {
   const parent = join(sandboxHost().stateDir, "execd");
   const known = built.get(parent);
   if (known && existsSync(join(known, "execd"))) return known;
-  const source = readFileSync(SOURCE);
-  privateFolder(parent);
-  const dir = join(parent, createHash("sha256").update(source).digest("hex").slice(0, 16));
-  if (!(ownedPrivately(dir, "dir") && ownedPrivately(join(dir, "execd"), "file"))) {
-    rmSync(dir, { recursive: true, force: true }); // a half-made copy of ours
-    const tmp = mkdtempSync(join(parent, "tmp-"));
+  const hash = createHash("sha256").update(readFileSync(SOURCE)).digest("hex").slice(0, 16);
+  const dir = sharedFolder(parent, hash, ["execd"], (tmp) => {
     try {
       execFileSync("cc", ["-static", "-O2", "-Wall", "-Werror", "-o", join(tmp, "execd"), SOURCE], { stdio: ["ignore", "ignore", "pipe"] });
     } catch (e) {
-      rmSync(tmp, { recursive: true, force: true });
       const stderr = (e as { stderr?: Buffer }).stderr?.toString().trim();
       throw new Error(
         `building the sandbox's command server (${SOURCE}) failed: ${stderr || (e as Error).message}. ` +
@@ -47,13 +42,7 @@ export function execServerHostDir(): string {
         { cause: e },
       );
     }
-    chmodSync(tmp, 0o755);
-    try {
-      renameSync(tmp, dir);
-    } catch {
-      rmSync(tmp, { recursive: true, force: true }); // another process won the race
-    }
-  }
+  });
   built.set(parent, dir);
   return dir;
 }

@@ -1,9 +1,10 @@
 /**
  * Host files we mount into containers must be ours alone: a folder another local user could
  * write (a shared /tmp path named by a public hash) would let them plant what runs in every
- * sandbox. Used by exec-server.ts and agent-sandbox.ts.
+ * sandbox. Used by exec-server.ts (execd) and agent-sandbox.ts (the in-container tools).
  */
-import { lstatSync, mkdirSync } from "node:fs";
+import { chmodSync, lstatSync, mkdirSync, mkdtempSync, renameSync, rmSync } from "node:fs";
+import { join } from "node:path";
 
 /**
  * Whether `path` exists as a folder or file of this user that nobody else can write. Throws,
@@ -28,4 +29,30 @@ export function privateFolder(path: string): string {
   mkdirSync(path, { recursive: true, mode: 0o755 });
   ownedPrivately(path, "dir");
   return path;
+}
+
+/**
+ * `parent/name` holding `files` (paths inside it), made once: `fill` writes them into a fresh
+ * folder that is then renamed into place, so concurrent makers share one copy. A copy that is
+ * ours but incomplete is made again; one that is not ours alone throws (ownedPrivately).
+ */
+export function sharedFolder(parent: string, name: string, files: string[], fill: (tmp: string) => void): string {
+  privateFolder(parent);
+  const dir = join(parent, name);
+  if (ownedPrivately(dir, "dir") && files.every((f) => ownedPrivately(join(dir, f), "file"))) return dir;
+  rmSync(dir, { recursive: true, force: true }); // a half-made copy of ours
+  const tmp = mkdtempSync(join(parent, "tmp-"));
+  try {
+    fill(tmp);
+  } catch (e) {
+    rmSync(tmp, { recursive: true, force: true });
+    throw e;
+  }
+  chmodSync(tmp, 0o755);
+  try {
+    renameSync(tmp, dir);
+  } catch {
+    rmSync(tmp, { recursive: true, force: true }); // another process won the race
+  }
+  return dir;
 }
