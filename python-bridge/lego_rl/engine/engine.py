@@ -40,8 +40,9 @@ from typing import Literal
 
 import torch
 
-from lego_rl.model import CheckpointError, KVCache, KVPool, MoeForCausalLM, load_model, load_state
+from lego_rl.model import CheckpointError, KVCache, KVPool, ModelOutput, MoeForCausalLM, load_model, load_state
 
+from .decode_graph import DecodeGraph
 from .prefix_cache import ChunkKey, PrefixCache
 from .sampling import UniformStream, choose_tokens, raw_logprobs
 from .types import (
@@ -81,6 +82,10 @@ class EngineConfig:
     """Weights and activations; logprobs are always computed in fp32 from the logits."""
     device: str = "cpu"
     """Torch device of the model, caches and generators."""
+    compile_decode: bool = False
+    """Run steps where every running request decodes as one compiled graph (decode_graph.py): on CPU a
+    32-request decode step of the tiny model costs about half as much; each new batch/span bucket
+    compiles once (seconds), so short-lived engines (tests, tools) leave it off."""
 
     def __post_init__(self) -> None:
         if self.max_running < 1 or self.max_batch_tokens < 1 or self.prefill_chunk < 1:
@@ -89,6 +94,8 @@ class EngineConfig:
             )
         if not self.prefix_cache_mib >= 0:
             raise ValueError(f"prefix_cache_mib must be >= 0, got {self.prefix_cache_mib}")
+        if not isinstance(self.compile_decode, bool):
+            raise ValueError(f"compile_decode must be True or False, got {self.compile_decode!r}")
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
 
@@ -157,6 +164,7 @@ class Engine:
             PrefixCache(model.config, chunk=config.prefill_chunk, max_chunks=max_chunks, dtype=self.dtype, device=config.device)
             if max_chunks > 0 else None
         )
+        self._decode_graph = DecodeGraph(self.model) if config.compile_decode else None
         self.stats = {"prompt_tokens": 0, "cached_prompt_tokens": 0, "computed_prompt_tokens": 0}
         """Counters since start: prompt tokens admitted, copied instead of computed, and computed."""
 
@@ -320,13 +328,18 @@ class Engine:
         ends = (torch.tensor(lens).cumsum(0) - 1).tolist()
         # Logits only where a token is sampled: decode rows and prompts' last chunks.
         sampled = [i for i, (s, _) in enumerate(fed) if s.decoding or chunks[s][1] == len(s.prompt)]
-        out = self.model(
-            torch.tensor([t for _, tokens in fed for t in tokens], device=self.config.device),
-            seq_lens=lens,
-            caches=[s.cache for s, _ in fed],
-            return_routing=True,
-            logits_rows=torch.tensor([ends[i] for i in sampled], dtype=torch.int64, device=self.config.device),
-        )
+        caches = [s.cache for s, _ in fed]
+        if self._decode_graph is not None and not chunks and self._decode_graph.fits(caches):
+            logits, routing = self._decode_graph.run([tokens[0] for _, tokens in fed], caches)
+            out = ModelOutput(logits=logits, routing=routing)
+        else:
+            out = self.model(
+                torch.tensor([t for _, tokens in fed for t in tokens], device=self.config.device),
+                seq_lens=lens,
+                caches=caches,
+                return_routing=True,
+                logits_rows=torch.tensor([ends[i] for i in sampled], dtype=torch.int64, device=self.config.device),
+            )
         routing_TLK = out.routing.cpu()
         logits_row = {fed[i][0]: j for j, i in enumerate(sampled)}
         for (seq, _), end, n in zip(fed, ends, lens):

@@ -425,18 +425,23 @@ class Attention(nn.Module):
         rotations (HF's order), in a third of the ops, which dominate at decode sizes.
         """
         T, H, G, Dh = x_TD.shape[0], self.n_heads, self.n_kv, self.head_dim
-        # Under inference mode the fused weights are kept between steps (derived.py).
+        w, b, norm_weight_NDh = self.fused_weights()
+        qkv_TND = F.linear(x_TD, w, b).view(T, H + 2 * G, Dh)
+        qk_TNDh = _apply_rope(norm_weight_NDh * rms_normalized(qkv_TND[:, : H + G], self.q_norm.eps), cos_TDh, sin_TDh)
+        return qk_TNDh[:, :H], qk_TNDh[:, H:], qkv_TND[:, H + G :]
+
+    def fused_weights(self) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """(q/k/v weight [(H + 2G) * Dh, D], its bias or None, q/k norm weight per head [H + G, Dh]),
+        kept between steps under inference mode (derived.py)."""
+        H, G, Dh = self.n_heads, self.n_kv, self.head_dim
         q, k, v = self.q_proj, self.k_proj, self.v_proj
         w = self._derived.get("qkv", (q.weight, k.weight, v.weight), lambda: torch.cat((q.weight, k.weight, v.weight)))
         b = None
         if q.bias is not None:
             b = self._derived.get("qkv_bias", (q.bias, k.bias, v.bias), lambda: torch.cat((q.bias, k.bias, v.bias)))
-        qkv_TND = F.linear(x_TD, w, b).view(T, H + 2 * G, Dh)
         # q_norm and k_norm share eps (config.rms_norm_eps); each keeps its own weight.
         qn, kn = self.q_norm.weight, self.k_norm.weight
-        norm_weight_NDh = self._derived.get("qk_norm", (qn, kn), lambda: torch.cat((qn.expand(H, Dh), kn.expand(G, Dh))))
-        qk_TNDh = _apply_rope(norm_weight_NDh * rms_normalized(qkv_TND[:, : H + G], self.q_norm.eps), cos_TDh, sin_TDh)
-        return qk_TNDh[:, :H], qk_TNDh[:, H:], qkv_TND[:, H + G :]
+        return w, b, self._derived.get("qk_norm", (qn, kn), lambda: torch.cat((qn.expand(H, Dh), kn.expand(G, Dh))))
 
     def _expand_kv(self, kv_xGSDh: torch.Tensor) -> torch.Tensor:
         """Repeat each KV head for its H/G query heads (torch 2.15's CPU SDPA is ~100x slower with enable_gqa)."""

@@ -49,6 +49,18 @@ def test_the_engine_samples_on_cuda_in_bf16_with_routing(model_dir: Path) -> Non
         assert torch.isfinite(result.logprobs).all()
 
 
+def test_the_compiled_decode_step_on_cuda_gives_the_eager_engines_greedy_tokens(model_dir: Path) -> None:
+    requests = [GenerationRequest(request_id=f"g{i}", prompt_token_ids=tuple(f"task {i}: ".encode()),
+                                  sampling=SamplingParams(temperature=0, max_tokens=12)) for i in range(8)]
+    eager = Engine.from_model_dir(model_dir, EngineConfig(device="cuda")).generate(requests)
+    engine = Engine.from_model_dir(model_dir, EngineConfig(device="cuda", compile_decode=True))
+    compiled = engine.generate(requests)
+    assert engine._decode_graph is not None and engine._decode_graph.steps > 0
+    for rid, want in eager.items():
+        assert compiled[rid].completion_token_ids == want.completion_token_ids
+        assert float((compiled[rid].logprobs - want.logprobs).abs().max()) < 1e-3
+
+
 def test_routing_replay_keeps_cuda_bf16_engine_and_fp32_trainer_correlated(model_dir: Path) -> None:
     from lego_rl.schema import decode_batch
     from lego_rl.trainer.advantages import GroupAdvantages
