@@ -31,7 +31,7 @@ from typing import Any
 
 import ray
 
-from ..engine import EngineConfig, EngineServerConfig
+from ..engine import EngineServerConfig
 from ..trainer import CheckpointStore, JobConfig, TrainerPosition
 from ..weights import Weights, WeightSyncError, version_dir_name
 from .engine_server_actor import EngineServerActor
@@ -136,7 +136,7 @@ class RolloutFleet:
         """`cluster.engines` engine servers serving the trainer's resume point; returns once all are bound."""
         model_dir, version = served_weights(job)
         config = EngineServerConfig(model_dir=model_dir, bind="tcp://0.0.0.0:*", policy_version=version,
-                                    engine=EngineConfig(dtype=job.cluster.engine_dtype))
+                                    engine=job.cluster.engine_config())
         # Wildcard bind, reported with each node's IP (EngineServerHost.address): workers on other nodes reach it.
         engines = [EngineServerActor.options(scheduling_strategy="SPREAD").remote(config, 1) for _ in range(job.cluster.engines)]
         addresses = ray.get([engine.address.remote() for engine in engines])

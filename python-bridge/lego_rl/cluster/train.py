@@ -24,7 +24,6 @@ from typing import Any
 import ray
 import torch
 
-from ..engine import EngineConfig
 from ..entry import run_entry
 from ..model import MoeForCausalLM, read_config
 from ..trainer import (BatchSource, JobConfig, ReceiverSource, SpoolFolderSource, TrainerPosition, parse_job, train,
@@ -85,7 +84,7 @@ def main(argv: list[str]) -> int:
     try:
         trainers = TrainerGroup.create(job.model.path, config, num_ranks=cluster.trainer_ranks, cpus_per_rank=cluster.cpus_per_rank,
                                        gpus_per_rank=cluster.gpus_per_rank, backend=cluster.backend)
-        engines = (start_engines(str(job.model.path), EngineConfig(dtype=cluster.engine_dtype), replicas=cluster.engines)
+        engines = (start_engines(str(job.model.path), cluster.engine_config(), replicas=cluster.engines)
                    if source.toy_steps else [])
         publishers: list[WeightPublisher] = []
         if sync.dir is not None:

@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-batch-tokens", type=int, default=_DEFAULTS.max_batch_tokens, help="tokens per forward pass")
     parser.add_argument("--prefill-chunk", type=int, default=_DEFAULTS.prefill_chunk, help="prefill chunk (and prefix cache unit), tokens")
     parser.add_argument("--prefix-cache-mib", type=float, default=_DEFAULTS.prefix_cache_mib, help="prefix cache memory; 0 turns it off")
+    parser.add_argument("--compile-decode", action="store_true",
+                        help="run steps where every request decodes as one compiled graph (seconds to compile once, then faster steps)")
     parser.add_argument("--policy-version", type=int, default=0, help="version of the weights in --model")
     parser.add_argument("--weight-update-policy", choices=("continue", "drain"), default=_SERVER_DEFAULTS.weight_update_policy,
                         help="requests in flight at a weight update: go on under the new weights, or finish on the old ones first")
@@ -59,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         bind=args.bind,
         model_name=args.name,
         engine=EngineConfig(dtype=args.dtype, device=args.device, max_running=args.max_running, max_context=args.max_context,
-                            max_batch_tokens=args.max_batch_tokens, prefill_chunk=args.prefill_chunk, prefix_cache_mib=args.prefix_cache_mib),
+                            max_batch_tokens=args.max_batch_tokens, prefill_chunk=args.prefill_chunk, prefix_cache_mib=args.prefix_cache_mib,
+                            compile_decode=args.compile_decode),
         policy_version=args.policy_version,
         weight_update_policy=args.weight_update_policy,
         drain_timeout_s=args.drain_timeout_s,

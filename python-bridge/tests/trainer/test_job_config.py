@@ -56,6 +56,19 @@ def test_flags_override_the_file_and_the_file_overrides_defaults(tmp_path: Path)
     assert job.source.receive == "tcp://127.0.0.1:1" and job.source.spool is None
 
 
+def test_compiled_engine_decode_is_off_by_default_and_on_from_the_flag_or_the_file(tmp_path: Path):
+    base = ["--model", "m", "--checkpoints", "c", "--spool", "s"]
+    assert _cluster(base).cluster.engine_config().compile_decode is False
+    flagged = _cluster([*base, "--engine-compile-decode", "--engine-dtype", "bfloat16"]).cluster.engine_config()
+    assert (flagged.compile_decode, flagged.dtype) == (True, "bfloat16")
+    config = tmp_path / "job.toml"
+    config.write_text("[cluster]\nengine_compile_decode = true\n")
+    assert _cluster(["--config", str(config), *base]).cluster.engine_compile_decode is True
+    config.write_text('[cluster]\nengine_compile_decode = "yes"\n')
+    with pytest.raises(JobConfigError, match="cluster.engine_compile_decode = 'yes'"):
+        _cluster(["--config", str(config), *base])
+
+
 @pytest.mark.parametrize(("body", "named"), [
     ('[source]\nspol = "x"\n', "unknown key source.spol"),
     ('[sources]\nspool = "x"\n', "unknown table [sources]"),
