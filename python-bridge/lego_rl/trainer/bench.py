@@ -4,7 +4,8 @@ Both sides run the same full on-policy step on the same tiny MoE weights and the
 same batch: 4 prompts x 8 completions of at most 12 tokens at temperature 1,
 reward = share of lowercase letters, GSPO (sequence-level ratio, clip 3e-4/4e-4,
 beta 0), one optimizer step per batch, fp32 on CPU.
-  lego-rl: embedded engine samples (KV cache, continuous batching), the batch
+  lego-rl: embedded engine samples (KV cache, continuous batching, decode steps
+           compiled: EngineConfig.compile_decode, compiled during warm-up), the batch
            travels as Arrow bytes, the trainer recomputes with routing replay,
            steps, and syncs weights back to the engine.
   TRL:     GRPOTrainer with importance_sampling_level="sequence" on
@@ -50,9 +51,10 @@ def _lowercase_share(completion: str) -> float:
 class LegoSteps:
     """The lego-rl side: one full step (sample, ship as Arrow, update, sync) per call."""
 
-    def __init__(self, model_dir: Path) -> None:
+    def __init__(self, model_dir: Path, *, compile_decode: bool) -> None:
         self.trainer = load_model(model_dir)
-        self.engine = Engine(load_model(model_dir), EngineConfig(dtype="float32"))
+        # compile_decode as a training job's cluster.engine_compile_decode: decode steps as one compiled graph.
+        self.engine = Engine(load_model(model_dir), EngineConfig(dtype="float32", compile_decode=compile_decode))
         self.updater = PolicyUpdater(self.trainer, StepConfig(lr=LR))
         self.task = ToyTask(prompts=tuple(tuple(p.encode()) for p in PROMPTS), target_token_ids=LOWERCASE,
                             group_size=GROUP, max_tokens=MAX_TOKENS)
@@ -91,13 +93,15 @@ class LegoSteps:
         }
 
 
-def bench_interleaved(model_dir: Path, steps: int, warmup: int, block: int) -> tuple[dict[str, float], dict[str, float]]:
+def bench_interleaved(
+    model_dir: Path, steps: int, warmup: int, block: int, *, compile_decode: bool
+) -> tuple[dict[str, float], dict[str, float]]:
     """(lego-rl, TRL) figures; a block of lego-rl steps runs after each block of TRL steps."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    lego = LegoSteps(model_dir)
+    lego = LegoSteps(model_dir, compile_decode=compile_decode)
 
     class Alternate(TrainerCallback):
         def __init__(self) -> None:
@@ -146,11 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--block", type=int, default=5, help="steps each side runs before the other takes over")
+    parser.add_argument("--eager-decode", action="store_true",
+                        help="our engine decodes eagerly (compile_decode off), for comparison with the compiled default")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = write_tiny_model(Path(tmp) / "tiny", tokenizer="bytes", seed=0)
-        ours, trl = bench_interleaved(model_dir, args.steps, args.warmup, args.block)
+        ours, trl = bench_interleaved(model_dir, args.steps, args.warmup, args.block, compile_decode=not args.eager_decode)
         print(f"lego-rl  GSPO step {ours['step_s'] * 1000:.0f} ms (update {ours['update_s'] * 1000:.0f} ms, "
               f"{ours['tokens_per_s']:.0f} tokens/s in the update)", flush=True)
         print(f"TRL      GRPOTrainer(importance_sampling_level='sequence') step {trl['step_s'] * 1000:.0f} ms", flush=True)
@@ -163,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         "vs_trl": round(trl["step_s"] / ours["step_s"], 2),
         "trl_gradient_checkpointing": False,
         "trl_aux_loss": False,
+        "engine_compile_decode": not args.eager_decode,
         "steps_without_update": ours["steps_without_update"],
     }))
     return 0
