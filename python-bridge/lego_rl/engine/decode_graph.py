@@ -16,8 +16,11 @@ KV pool, so each call would run several small graphs behind guards. This path:
    rest masked) and, as one more score, its own new key; the new keys and values leave the
    graph and are written into the pool by one indexed copy each. A graph that wrote into
    the pool would copy it.
-3. Is compiled with symbolic sizes (`dynamic=True`): requests finishing and keys growing
-   change no graph; one compile (seconds, cached on disk by inductor) serves every step.
+3. Holds as symbols only the sizes that vary (requests, span, the pool's slots and
+   positions; weights stay constants), each its own symbol: requests finishing, keys
+   growing and the pool growing change no graph; one compile (seconds, cached on disk by
+   inductor) serves every step. dynamo's recompile limit is per process; an engine past
+   it decodes eagerly (with a warning) instead of failing.
 
 The logits equal the eager forward's up to summation order (~1e-6); the routing is the
 top-k of the same router probabilities. A step with prefill chunks runs eagerly.
@@ -25,7 +28,11 @@ top-k of the same router probabilities. A step with prefill chunks runs eagerly.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
+import torch._dynamo
+import torch.fx.experimental._config
 import torch.nn.functional as F
 
 from lego_rl.model import KVCache, MoeBlock, MoeForCausalLM, ROUTING_DTYPE, route
@@ -50,17 +57,24 @@ def _decode(
     model: MoeForCausalLM,
     ids_B: torch.Tensor,
     pos_B: torch.Tensor,
-    k_LBGSDh: torch.Tensor,
-    v_LBGSDh: torch.Tensor,
+    span_S: torch.Tensor,
+    k_LNGCDh: torch.Tensor,
+    v_LNGCDh: torch.Tensor,
     weights: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(logits [B, V], routing [B, L_moe, K], new keys [B, L, G, Dh], new values [B, L, G, Dh])."""
+    """(logits [B, V], routing [B, L_moe, K], new keys [B, L, G, Dh], new values [B, L, G, Dh]).
+
+    The whole pool comes in (N slots, C positions) and is sliced here, so its growth changes
+    sizes the graph holds as symbols rather than the strides of a view it would specialize on.
+    `span_S` is arange(S): its length is the span.
+    """
     config = model.config
     H, G, Dh = config.num_attention_heads, config.num_key_value_heads, config.head_dim
-    B, S = ids_B.shape[0], k_LBGSDh.shape[3]
+    B, S = ids_B.shape[0], span_S.shape[0]
+    k_LBGSDh, v_LBGSDh = k_LNGCDh[:, :B, :, :S], v_LNGCDh[:, :B, :, :S]
     x_BD = model.model.embed_tokens(ids_B)
     cos_BDh, sin_BDh = rope_cos_sin(pos_B, Dh, config.rope_theta, x_BD.dtype)
-    cached_B111S = (torch.arange(S, device=ids_B.device)[None, :] < pos_B[:, None])[:, None, None, None, :]
+    cached_B111S = (span_S[None, :] < pos_B[:, None])[:, None, None, None, :]
     keys, values, chosen = [], [], []
     for i, layer in enumerate(model.model.layers):
         attn = layer.self_attn
@@ -93,36 +107,51 @@ class DecodeGraph:
 
     def __init__(self, model: MoeForCausalLM) -> None:
         self.model = model
-        self._compiled = torch.compile(_decode, fullgraph=True, dynamic=True)
+        # Only the sizes that vary are symbols (marked per call); the weights' sizes stay constants.
+        self._compiled = torch.compile(_decode, fullgraph=True)
         self.steps = 0
         """Decode steps this graph ran."""
+        self.disabled: str | None = None
+        """Why the graph stopped being used (the engine then decodes eagerly), or None."""
 
-    @staticmethod
-    def fits(caches: list[KVCache]) -> bool:
+    def fits(self, caches: list[KVCache]) -> bool:
         """Whether a decode step of these caches (one new token each) can run here: they hold slots
-        0..B-1 of one pool in order (their keys are then one view of it), B >= 2, and at least two
-        positions are cached (symbolic sizes specialize at 1: a lone request would compile a second graph)."""
+        0..B-1 of one pool in order, B >= 2, and at least two positions are cached (symbolic sizes
+        specialize at 1: a lone request would compile a second graph)."""
         pool = caches[0].pool
         return (
-            pool is not None and len(caches) >= 2 and max(c.length for c in caches) >= 2
+            self.disabled is None and pool is not None and len(caches) >= 2 and max(c.length for c in caches) >= 2
             and all(c.pool is pool and c.slot == i for i, c in enumerate(caches))
         )
 
-    def run(self, tokens: list[int], caches: list[KVCache]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Feed one token per cache (`fits` must hold); (logits [B, V], routing [B, L_moe, K]); caches advance by one."""
+    def run(self, tokens: list[int], caches: list[KVCache]) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Feed one token per cache (`fits` must hold): (logits [B, V], routing [B, L_moe, K]), the caches
+        advanced by one; or None, nothing changed, when the graph cannot run (`disabled` says why)."""
         for c in caches:
             c.reserve(c.length + 1)
         pool = caches[0].pool
         assert pool is not None
         device = pool.k_LNGSDh.device
-        B, lengths = len(caches), [c.length for c in caches]
-        S = max(lengths)
-        pos_B = torch.tensor(lengths, device=device)
-        logits_BV, routing_BLK, k_BLGDh, v_BLGDh = self._compiled(
-            self.model, torch.tensor(tokens, device=device), pos_B, pool.k_LNGSDh[:, :B, :, :S], pool.v_LNGSDh[:, :B, :, :S],
-            [layer.self_attn.fused_weights() for layer in self.model.model.layers],
-        )
-        slots_B = torch.arange(B, device=device)
+        lengths = [c.length for c in caches]
+        ids_B, pos_B = torch.tensor(tokens, device=device), torch.tensor(lengths, device=device)
+        span_S = torch.arange(max(lengths), device=device)
+        for t, dims in ((ids_B, 0), (pos_B, 0), (span_S, 0), (pool.k_LNGSDh, (1, 3)), (pool.v_LNGSDh, (1, 3))):
+            torch._dynamo.mark_dynamic(t, dims)
+        weights = [layer.self_attn.fused_weights() for layer in self.model.model.layers]
+        try:
+            # Without duck sizing, sizes that happen to be equal (32 requests, 32 positions) stay distinct symbols
+            # instead of one that a later step's unequal sizes would recompile for.
+            with torch.fx.experimental._config.patch(use_duck_shape=False):
+                logits_BV, routing_BLK, k_BLGDh, v_BLGDh = self._compiled(
+                    self.model, ids_B, pos_B, span_S, pool.k_LNGSDh, pool.v_LNGSDh, weights
+                )
+        except torch._dynamo.exc.FailOnRecompileLimitHit as error:
+            # dynamo's recompile limit is per process and shared by every engine's graphs (one per model
+            # shape): past it, this engine decodes eagerly rather than failing the step's requests.
+            self.disabled = f"torch.compile's recompile limit is reached ({error}); decoding eagerly"
+            warnings.warn(f"lego_rl engine: {self.disabled}", RuntimeWarning, stacklevel=2)
+            return None
+        slots_B = torch.arange(len(caches), device=device)
         pool.k_LNGSDh[:, slots_B, :, pos_B] = k_BLGDh
         pool.v_LNGSDh[:, slots_B, :, pos_B] = v_BLGDh
         for c in caches:

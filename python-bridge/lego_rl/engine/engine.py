@@ -155,9 +155,12 @@ class Engine:
         """Requests prefilling a prompt, by prompt: a request with the same prompt waits for it."""
         self._admitted = 0
         self._seed_source = random.Random()
-        self._kv = KVPool(
-            model.config, slots=_INITIAL_POOL_SLOTS, capacity=_INITIAL_POOL_POSITIONS, dtype=self.dtype, device=config.device
-        )
+        # Made under inference mode like its growth in step(): one kind of tensor throughout (a compiled decode
+        # step would otherwise recompile when the pool first grows), written only under inference mode.
+        with torch.inference_mode():
+            self._kv = KVPool(
+                model.config, slots=_INITIAL_POOL_SLOTS, capacity=_INITIAL_POOL_POSITIONS, dtype=self.dtype, device=config.device
+            )
         chunk_bytes = PrefixCache.bytes_per_chunk(model.config, config.prefill_chunk, self.dtype)
         max_chunks = int(config.prefix_cache_mib * 2**20) // chunk_bytes
         self._prefix = (
@@ -182,6 +185,7 @@ class Engine:
             raise InvalidRequestError(rid, "request_id", "a request with this id is already queued or running")
         self._waiting[rid] = request
 
+    @torch.inference_mode()  # freeing a slot writes into the KV pool, an inference tensor
     def abort(self, request_id: str) -> GenerationResult:
         """Stop a request now and return what it produced so far (finish_reason 'abort')."""
         seq = self._running.pop(request_id, None)
@@ -329,9 +333,11 @@ class Engine:
         # Logits only where a token is sampled: decode rows and prompts' last chunks.
         sampled = [i for i, (s, _) in enumerate(fed) if s.decoding or chunks[s][1] == len(s.prompt)]
         caches = [s.cache for s, _ in fed]
+        graphed = None
         if self._decode_graph is not None and not chunks and self._decode_graph.fits(caches):
-            logits, routing = self._decode_graph.run([tokens[0] for _, tokens in fed], caches)
-            out = ModelOutput(logits=logits, routing=routing)
+            graphed = self._decode_graph.run([tokens[0] for _, tokens in fed], caches)
+        if graphed is not None:
+            out = ModelOutput(logits=graphed[0], routing=graphed[1])
         else:
             out = self.model(
                 torch.tensor([t for _, tokens in fed for t in tokens], device=self.config.device),

@@ -1,11 +1,15 @@
 """The compiled decode graph gives what the eager engine gives: tokens, logprobs, routing, under joins, finishes and weight updates."""
 
+import dataclasses
+
 import pytest
 import torch
+import torch._dynamo
 
 from lego_rl.engine import Engine, EngineConfig, GenerationRequest, GenerationResult, SamplingParams
 from lego_rl.engine.decode_graph import DecodeGraph
-from lego_rl.model import MoeForCausalLM, load_model
+from lego_rl.model import MoeForCausalLM, init_weights, load_model
+from lego_rl.model.tiny import BYTE_TOKENS, tiny_config
 
 COMPILED = EngineConfig(compile_decode=True)
 
@@ -89,19 +93,51 @@ def test_a_weight_update_reaches_the_compiled_graph(byte_model_dir):
 
 
 def test_only_every_open_sequence_of_one_pool_in_slot_order_fits(byte_model: MoeForCausalLM):
-    engine = Engine(byte_model)
+    engine, graph = Engine(byte_model), DecodeGraph(byte_model)
     pool = engine._kv
     a, b, c = pool.open(), pool.open(), pool.open()
     for cache in (a, b, c):
         cache.length = 5
-    assert DecodeGraph.fits([a, b, c]) and DecodeGraph.fits([a, b])
-    assert not DecodeGraph.fits([b, a, c]) and not DecodeGraph.fits([a, c])
-    pool.close(c)
+    assert graph.fits([a, b, c]) and graph.fits([a, b])
+    assert not graph.fits([b, a, c]) and not graph.fits([a, c])
     a.length = b.length = 1
-    assert not DecodeGraph.fits([a, b])  # one cached position: a size the symbolic graph specializes on
-    pool.close(b)
+    assert not graph.fits([a, b])  # one cached position: a size the symbolic graph specializes on
     a.length = 5
-    assert not DecodeGraph.fits([a])
+    assert not graph.fits([a])
+    graph.disabled = "for the test"
+    assert not graph.fits([a, b, c])
+
+
+def test_pool_growth_and_other_batch_sizes_compile_nothing_new(byte_model: MoeForCausalLM):
+    engine = Engine(byte_model, COMPILED)
+    # The graph has two variants, compiled once per process: every slot of the pool decoding (16 requests in 16
+    # slots), and fewer (13 in 16).
+    full = [GenerationRequest(request_id=f"f{i}", prompt_token_ids=prompt(i), sampling=SamplingParams(temperature=0, max_tokens=4))
+            for i in range(16)]
+    engine.generate(full)
+    engine.generate(requests())
+    before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    many = [GenerationRequest(request_id=f"m{i}", prompt_token_ids=prompt(i % 7, 30 + i), sampling=SamplingParams(temperature=0, max_tokens=5))
+            for i in range(70)]
+    long = [GenerationRequest(request_id=f"l{i}", prompt_token_ids=prompt(i, 600), sampling=SamplingParams(temperature=0, max_tokens=5))
+            for i in range(3)]
+    steps = engine._decode_graph.steps
+    assert_same(engine.generate(many + long), Engine(byte_model).generate(many + long))
+    assert engine._kv.slots == 64 and engine._kv.capacity > 512  # grown from 16 slots and 512 positions
+    assert engine._decode_graph.steps > steps
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == before
+
+
+def test_past_dynamos_recompile_limit_the_engine_decodes_eagerly_and_says_why():
+    # A model shape no other test compiles, so its first decode step must compile; a limit of 0 refuses that.
+    model = MoeForCausalLM(dataclasses.replace(tiny_config(BYTE_TOKENS), num_attention_heads=8, head_dim=16))
+    init_weights(model, seed=1)
+    engine = Engine(model.eval(), COMPILED)
+    with torch._dynamo.config.patch(recompile_limit=0), pytest.warns(RuntimeWarning, match="recompile limit"):
+        got = engine.generate(requests())
+    graph = engine._decode_graph
+    assert graph is not None and graph.steps == 0 and graph.disabled is not None and "decoding eagerly" in graph.disabled
+    assert_same(got, Engine(model).generate(requests()))
 
 
 @pytest.mark.parametrize("bad", ["yes", 1])
