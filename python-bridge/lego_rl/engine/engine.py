@@ -25,7 +25,9 @@
    load. Requests with an identical prompt while one of them is still prefilling it (a GRPO
    group's G copies) prefill it once: the others copy its keys, routing rows and first-token
    logits, then sample from their own streams.
-5. Single-threaded: the network layer calls submit/abort/update_weights/step from one
+5. With `compile_decode`, a step in which every running request decodes runs as one compiled
+   graph (decode_graph.py) that gives the eager forward's tokens, logprobs and routing.
+6. Single-threaded: the network layer calls submit/abort/update_weights/step from one
    loop; `update_weights` between steps bumps the policy version, and tokens sampled
    afterwards carry the new version (in-flight caches keep the keys already computed).
 """
@@ -50,6 +52,7 @@ from .types import (
     GenerationRequest,
     GenerationResult,
     InvalidRequestError,
+    SamplingParams,
     TokenEvent,
     UnknownRequestError,
     WeightUpdateError,
@@ -84,8 +87,8 @@ class EngineConfig:
     """Torch device of the model, caches and generators."""
     compile_decode: bool = False
     """Run steps where every running request decodes as one compiled graph (decode_graph.py): on CPU a
-    32-request decode step of the tiny model costs about half as much; each new batch/span bucket
-    compiles once (seconds), so short-lived engines (tests, tools) leave it off."""
+    32-request decode step of the tiny model costs about half as much. The graph compiles in the first
+    such steps (seconds; `Engine.warm_up` does it ahead), so short-lived engines (tests, tools) leave it off."""
 
     def __post_init__(self) -> None:
         if self.max_running < 1 or self.max_batch_tokens < 1 or self.prefill_chunk < 1:
@@ -214,6 +217,21 @@ class Engine:
     def prefix_cache(self) -> PrefixCache | None:
         """The cache of full prefill chunks (None when `prefix_cache_mib` is 0)."""
         return self._prefix
+
+    def warm_up(self) -> None:
+        """Compile the decode graph now (with compile_decode; otherwise nothing), not in the steps of the first
+        real requests: a server calls it before it listens. Eight throwaway requests fill the pool's first
+        eight slots (every slot decoding) and finish at different steps (fewer), the graph's two variants."""
+        if self._decode_graph is None:
+            return
+        if self._running or self._waiting:
+            raise RuntimeError("warm_up runs before any request: it would share steps with real ones")
+        stats = dict(self.stats)
+        self.generate(
+            GenerationRequest(request_id=f"lego-warm-up-{i}", prompt_token_ids=(0, 0), sampling=SamplingParams(temperature=0, max_tokens=3 + i % 2))
+            for i in range(_INITIAL_POOL_SLOTS)
+        )
+        self.stats = stats
 
     # ---- weights --------------------------------------------------------------------
 

@@ -114,6 +114,7 @@ class EngineServerConfig:
 
     def build(self, context: zmq.Context[Any] | None = None) -> EngineServer:
         engine = Engine.from_model_dir(self.model_dir, self.engine, policy_version=self.policy_version)
+        engine.warm_up()  # a compiled decode compiles here, before the server listens, not in a client's request
         name = self.model_name or Path(self.model_dir).resolve().name
         return EngineServer(engine, bind=self.bind, model_name=name, context=context,
                             weight_update_policy=self.weight_update_policy, drain_timeout_s=self.drain_timeout_s)

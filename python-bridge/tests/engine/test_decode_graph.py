@@ -140,6 +140,21 @@ def test_past_dynamos_recompile_limit_the_engine_decodes_eagerly_and_says_why():
     assert_same(got, Engine(model).generate(requests()))
 
 
+def test_warm_up_compiles_ahead_and_leaves_no_trace_but_the_graph(byte_model: MoeForCausalLM):
+    engine = Engine(byte_model, COMPILED)
+    stats = dict(engine.stats)
+    engine.warm_up()
+    assert engine._decode_graph is not None and engine._decode_graph.steps >= 2
+    assert engine.stats == stats and not engine.has_work and engine.num_running == 0
+    assert_same(engine.generate(requests()), Engine(byte_model).generate(requests()))
+    engine.submit(requests()[0])
+    with pytest.raises(RuntimeError, match="before any request"):
+        engine.warm_up()
+    eager = Engine(byte_model)
+    eager.warm_up()  # nothing to compile: no request runs
+    assert eager.stats == stats
+
+
 @pytest.mark.parametrize("bad", ["yes", 1])
 def test_compile_decode_must_be_a_bool(bad):
     with pytest.raises(ValueError, match="compile_decode must be True or False"):
