@@ -33,10 +33,9 @@ import warnings
 import torch
 import torch._dynamo
 import torch.fx.experimental._config
-import torch.nn.functional as F
 
 from lego_rl.model import KVCache, MoeBlock, MoeForCausalLM, ROUTING_DTYPE, route
-from lego_rl.model.attention import _apply_rope, rms_normalized, rope_cos_sin
+from lego_rl.model.attention import rope_cos_sin
 from lego_rl.model.moe import all_experts_swiglu
 
 
@@ -78,11 +77,8 @@ def _decode(
     keys, values, chosen = [], [], []
     for i, layer in enumerate(model.model.layers):
         attn = layer.self_attn
-        qkv_w, qkv_b, qk_norm_w = weights[i]
-        qkv_BND = F.linear(layer.input_layernorm(x_BD), qkv_w, qkv_b).view(B, H + 2 * G, Dh)
-        qk_BNDh = _apply_rope(qk_norm_w * rms_normalized(qkv_BND[:, : H + G], attn.q_norm.eps), cos_BDh, sin_BDh)
-        k_BGDh, v_BGDh = qk_BNDh[:, H:], qkv_BND[:, H + G :]
-        o_BGrDh = _attend(qk_BNDh[:, :H].reshape(B, G, H // G, Dh), k_BGDh, v_BGDh, k_LBGSDh[i], v_LBGSDh[i], cached_B111S)
+        q_BHDh, k_BGDh, v_BGDh = attn.project(layer.input_layernorm(x_BD), cos_BDh, sin_BDh, weights[i])
+        o_BGrDh = _attend(q_BHDh.reshape(B, G, H // G, Dh), k_BGDh, v_BGDh, k_LBGSDh[i], v_LBGSDh[i], cached_B111S)
         x_BD = x_BD + attn.o_proj(o_BGrDh.reshape(B, H * Dh))
         h_BD = layer.post_attention_layernorm(x_BD)
         mlp = layer.mlp

@@ -415,17 +415,23 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
         self._derived = DerivedWeights()
 
-    def _project(
-        self, x_TD: torch.Tensor, cos_TDh: torch.Tensor, sin_TDh: torch.Tensor
+    def project(
+        self,
+        x_TD: torch.Tensor,
+        cos_TDh: torch.Tensor,
+        sin_TDh: torch.Tensor,
+        fused: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [T, H, Dh] and k [T, G, Dh] normed per head and rotated, v [T, G, Dh].
 
         One GEMM for q, k and v, and one norm + one rotation over the H + G query and key
         heads together: the same elementwise math as three projections, two norms and two
         rotations (HF's order), in a third of the ops, which dominate at decode sizes.
+        `fused` is `fused_weights()` fetched by the caller (the engine's compiled decode step,
+        which cannot look up the kept copies inside its graph); None fetches them here.
         """
         T, H, G, Dh = x_TD.shape[0], self.n_heads, self.n_kv, self.head_dim
-        w, b, norm_weight_NDh = self.fused_weights()
+        w, b, norm_weight_NDh = self.fused_weights() if fused is None else fused
         qkv_TND = F.linear(x_TD, w, b).view(T, H + 2 * G, Dh)
         qk_TNDh = _apply_rope(norm_weight_NDh * rms_normalized(qkv_TND[:, : H + G], self.q_norm.eps), cos_TDh, sin_TDh)
         return qk_TNDh[:, :H], qk_TNDh[:, H:], qkv_TND[:, H + G :]
@@ -501,7 +507,7 @@ class Attention(nn.Module):
         self, x_TD: torch.Tensor, cos_TDh: torch.Tensor, sin_TDh: torch.Tensor, batch: PackedBatch
     ) -> torch.Tensor:
         T = x_TD.shape[0]
-        q_THDh, k_TGDh, v_TGDh = self._project(x_TD, cos_TDh, sin_TDh)
+        q_THDh, k_TGDh, v_TGDh = self.project(x_TD, cos_TDh, sin_TDh)
         if batch.tails is not None and batch.leading is not None:
             h = batch.tails.first_row
             leading_hHDh = self._attend(q_THDh[:h], k_TGDh[:h], v_TGDh[:h], batch.leading)
