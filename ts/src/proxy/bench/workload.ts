@@ -7,6 +7,7 @@
  * breakpoint moving to the newest message every turn and a <system-reminder>
  * block on it, so no re-sent body is a byte-identical prefix of the next one.
  */
+import { Agent, request } from "node:http";
 import { CHARS_PER_TOKEN, SESSIONS, TARGET_TOKENS } from "./args.ts";
 
 const WORDS = "const let return await async function import export from class interface type error value result data file path config user test expect if else for while try catch throw new this null undefined true false string number object array map filter reduce push pop length index key console log".split(" ");
@@ -69,6 +70,8 @@ export function turnsPerSession(): number {
 export async function drive(target: Target, offset = 0, toolMs = 0, api: Api = "openai"): Promise<Map<string, number>> {
   // Keyed by session and turn: the same key is the same request on every path (see pairedAdded).
   const latencies = new Map<string, number>();
+  // One keep-alive connection per session, as a harness holds one to its base URL.
+  const agent = new Agent({ keepAlive: true, maxSockets: SESSIONS });
   const turnTokens = TURN_TOKENS;
   await Promise.all(
     Array.from({ length: SESSIONS }, async (_, s) => {
@@ -82,34 +85,65 @@ export async function drive(target: Target, offset = 0, toolMs = 0, api: Api = "
       for (let turn = 0, tokens = 2000; tokens < TARGET_TOKENS; turn++, tokens += turnTokens) {
         if (toolMs > 0 && turn > 0) await new Promise((r) => setTimeout(r, pause() * 2 * toolMs));
         // Serialized before the clock starts: the client's own work is not any path's latency.
-        const payload = conversation.request();
+        const payload = Buffer.from(conversation.request());
         const t0 = performance.now();
-        const res = await fetch(target.url(session) + PATHS[api], {
-          method: "POST",
-          headers: { "content-type": "application/json", ...target.headers(session) },
-          body: payload,
-        });
-        const body = (await res.json()) as Record<string, unknown>;
+        const res = await post(target.url(session) + PATHS[api], { "content-type": "application/json", ...target.headers(session) }, payload, agent);
+        const body = JSON.parse(res.text) as Record<string, unknown>;
         latencies.set(`${session}/${turn}`, performance.now() - t0);
-        if (!res.ok) throw new Error(`${target.name}: HTTP ${res.status} ${JSON.stringify(body).slice(0, 300)}`);
+        if (res.status !== 200) throw new Error(`${target.name}: HTTP ${res.status} ${res.text.slice(0, 300)}`);
         conversation.reply(body, (what) => new Error(`${target.name}: ${what} in ${JSON.stringify(body).slice(0, 300)}`), codeText(turnTokens, session * 1000 + turn));
       }
     }),
   );
+  agent.destroy();
   return latencies;
 }
 
-interface Conversation {
+/**
+ * One POST with node:http on a keep-alive agent. The driver is the instrument for every
+ * path: `fetch` (undici) spent ~0.1-0.2 ms of CPU and several allocations per call, and
+ * while it ran for one session another's reply waited in the driver's event loop.
+ */
+function post(url: string, headers: Record<string, string>, body: Buffer, agent: Agent): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: "POST", agent, headers: { ...headers, "content-length": String(body.length) } }, (res) => {
+      const parts: Buffer[] = [];
+      res.on("data", (d: Buffer) => parts.push(d)).on("end", () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(parts).toString() })).on("error", reject);
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+export interface Conversation {
   /** The next request's body. */
   request(): string;
   /** Takes the reply into the history, with `toolOutput` as every tool call's result. */
   reply(body: Record<string, unknown>, bad: (what: string) => Error, toolOutput: string): void;
 }
 
-function openaiConversation(task: string): Conversation {
-  const messages: Array<Record<string, unknown>> = [{ role: "system", content: SYSTEM }, { role: "user", content: task }];
+/**
+ * The body's JSON, each message serialized once: re-serializing a 100 KB history per call
+ * blocked the driver's event loop while other sessions' replies waited to be timed.
+ */
+export class MessagesJson {
+  private readonly parts: string[] = [];
+  push(message: unknown): void {
+    this.parts.push(JSON.stringify(message));
+  }
+  /** `{"model":...,"messages":[...],<rest>}` with `last`, if given, serialized as the final message. */
+  body(head: Record<string, unknown>, rest: Record<string, unknown>, last?: unknown): string {
+    const messages = last === undefined ? this.parts : [...this.parts, JSON.stringify(last)];
+    return `${JSON.stringify(head).slice(0, -1)},"messages":[${messages.join(",")}],${JSON.stringify(rest).slice(1)}`;
+  }
+}
+
+export function openaiConversation(task: string): Conversation {
+  const messages = new MessagesJson();
+  messages.push({ role: "system", content: SYSTEM });
+  messages.push({ role: "user", content: task });
   return {
-    request: () => JSON.stringify({ model: "bench", messages, tools: TOOLS, max_tokens: 256 }),
+    request: () => messages.body({ model: "bench" }, { tools: TOOLS, max_tokens: 256 }),
     reply(body, bad, toolOutput) {
       const msg = (body["choices"] as Array<{ message: Record<string, unknown> }> | undefined)?.[0]?.message;
       if (!msg) throw bad("no message");
@@ -120,23 +154,27 @@ function openaiConversation(task: string): Conversation {
   };
 }
 
-function anthropicConversation(task: string): Conversation {
-  const messages: Message[] = [{ role: "user", content: [{ type: "text", text: task }] }];
+export function anthropicConversation(task: string): Conversation {
+  // All but the newest message, serialized once; the newest goes out with the breakpoint.
+  const older = new MessagesJson();
+  let newest: Message = { role: "user", content: [{ type: "text", text: task }] };
+  const push = (m: Message) => {
+    older.push(newest);
+    newest = m;
+  };
   return {
     request() {
       // The breakpoint sits on the newest message's last block only, as Claude Code moves it each turn.
-      const sent = messages.map((m, i) => (i === messages.length - 1
-        ? { ...m, content: m.content.map((b, j) => (j === m.content.length - 1 ? { ...b, cache_control: { type: "ephemeral" } } : b)) }
-        : m));
-      return JSON.stringify({ model: "bench", max_tokens: 256, system: ANTHROPIC_SYSTEM, tools: ANTHROPIC_TOOLS, messages: sent, metadata: { user_id: "bench" } });
+      const last = { ...newest, content: newest.content.map((b, j) => (j === newest.content.length - 1 ? { ...b, cache_control: { type: "ephemeral" } } : b)) };
+      return older.body({ model: "bench", max_tokens: 256, system: ANTHROPIC_SYSTEM, tools: ANTHROPIC_TOOLS }, { metadata: { user_id: "bench" } }, last);
     },
     reply(body, bad, toolOutput) {
       const content = body["content"] as Block[] | undefined;
       if (!Array.isArray(content)) throw bad("no content");
       const uses = content.filter((b) => b["type"] === "tool_use") as Array<{ id: string; name: string; input: Record<string, unknown> }>;
-      messages.push({ role: "assistant", content: content.map((b) => (b["type"] === "tool_use" ? { ...b, input: reordered(b["input"] as Record<string, unknown>) } : b)) });
+      push({ role: "assistant", content: content.map((b) => (b["type"] === "tool_use" ? { ...b, input: reordered(b["input"] as Record<string, unknown>) } : b)) });
       if (uses.length === 0) return;
-      messages.push({
+      push({
         role: "user",
         content: [
           ...uses.map((u) => ({ type: "tool_result", tool_use_id: u.id, content: [{ type: "text", text: toolOutput }] })),
@@ -146,4 +184,3 @@ function anthropicConversation(task: string): Conversation {
     },
   };
 }
-
