@@ -19,10 +19,20 @@ import { loadProxyModel } from "../model.ts";
 import { QWEN3_DIR } from "../test-support.ts";
 import { REPLY_ARGS, REPLY_TEXT } from "./args.ts";
 
-export async function engineRole(decodeMs: number): Promise<void> {
+/** When a streamed reply's chunks leave the engine: as their tokens are sampled, or all once the last one is. */
+export type StreamPacing = "decode" | "end";
+
+export async function engineRole(decodeMs: number, pacing: StreamPacing): Promise<void> {
   const model = loadProxyModel(QWEN3_DIR);
   const ids = [...model.tokenizer.encode(REPLY_TEXT), model.codec.endOfTurnId];
   const decode = () => (decodeMs > 0 ? new Promise((r) => setTimeout(r, decodeMs * ids.length)) : null);
+  // When the first `tokens` of a reply begun at `start` are sampled: a streamed chunk is sent then
+  // ("decode" pacing), or every chunk once the last token is ("end"); the last always at start + decodeMs * ids.length.
+  const sampled = (start: number, tokens: number) => {
+    const wait = start + decodeMs * (pacing === "decode" ? tokens : ids.length) - performance.now();
+    // Not a timer for a time already past: Node waits at least 1 ms for any.
+    return wait > 0 ? new Promise((r) => setTimeout(r, wait)) : null;
+  };
   let n = 0;
   const held: Record<string, number> = {};
   const readBody = (req: IncomingMessage) =>
@@ -38,10 +48,12 @@ export async function engineRole(decodeMs: number): Promise<void> {
     }
     if (req.method !== "POST") return void res.writeHead(200, { "content-length": 0 }).end();
     const body = await readBody(req);
-    await decode();
     if (req.url === "/v1/completions") {
+      const start = performance.now();
+      // Headers first, as vLLM's stream opens before the first token.
       res.writeHead(200, { "content-type": "text/event-stream" });
       for (let i = 0; i < ids.length; i += 4) {
+        await sampled(start, Math.min(i + 4, ids.length));
         const part = ids.slice(i, i + 4);
         const choice = { index: 0, text: "", logprobs: { tokens: part.map((t) => `token_id:${t}`), token_logprobs: part.map(() => -0.5) }, finish_reason: i + 4 >= ids.length ? "stop" : null };
         res.write(`data: ${JSON.stringify({ id: "c", choices: [choice] })}\n\n`);
@@ -52,6 +64,7 @@ export async function engineRole(decodeMs: number): Promise<void> {
       if (id) held[id] = performance.now() - t0;
       return;
     }
+    await decode();
     if (req.url === "/v1/messages") {
       const text = JSON.stringify({
         id: `msg_${n}`,
@@ -77,7 +90,7 @@ export async function engineRole(decodeMs: number): Promise<void> {
   });
   server.keepAliveTimeout = 60_000;
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const zmq = await zmqEngine(ids, model.tokenizer.size, decode, held);
+  const zmq = await zmqEngine(ids, model.tokenizer.size, sampled, held);
   console.log(JSON.stringify({ port: (server.address() as AddressInfo).port, zmq }));
 }
 
@@ -87,7 +100,7 @@ export async function engineRole(decodeMs: number): Promise<void> {
  * them), then the GenerateResult. Returns the bound endpoint (tcp on loopback, as the
  * HTTP side, so both hops cross the same kind of socket).
  */
-async function zmqEngine(ids: number[], vocabSize: number, decode: () => Promise<unknown> | null, held: Record<string, number>): Promise<string> {
+async function zmqEngine(ids: number[], vocabSize: number, sampled: (start: number, tokens: number) => Promise<unknown> | null, held: Record<string, number>): Promise<string> {
   const router = new Router({ linger: 0 });
   await router.bind("tcp://127.0.0.1:*");
   // zeromq.js allows one pending send per socket: replies queue in order.
@@ -96,9 +109,11 @@ async function zmqEngine(ids: number[], vocabSize: number, decode: () => Promise
   const reply = Int32Array.from(ids);
   const logprobs = new Float32Array(ids.length).fill(-0.5);
   const serve = async (peer: Buffer, m: ControlMessage & { kind: "generate" }, t0: number) => {
-    await decode();
-    for (let i = 0; i < reply.length; i += 4)
+    const start = performance.now();
+    for (let i = 0; i < reply.length; i += 4) {
+      await sampled(start, Math.min(i + 4, reply.length));
       void send(peer, { kind: "token_chunk", request_id: m.request_id, token_ids: reply.subarray(i, i + 4), logprobs: logprobs.subarray(i, i + 4), policy_version: 0 });
+    }
     await send(peer, {
       kind: "generate_result", request_id: m.request_id, finish_reason: "stop", completion_token_ids: reply, logprobs,
       prompt_routing: new Uint16Array(0), completion_routing: new Uint16Array(0), moe_layers: 0, top_k: 0, policy_version: 0, seed: 0,

@@ -4,6 +4,7 @@
  * 64 concurrent sessions each run a multi-turn tool-calling conversation whose
  * history grows from ~2k to ~30k tokens. The same workload is sent
  *   direct      client -> engine                      (the reference)
+ *   direct_again client -> engine, again                (the instrument's noise floor: the reference paired with itself)
  *   passthrough client -> nginx -> engine             (floor: no templating or tokenization)
  *   litellm     client -> LiteLLM proxy -> engine     (when a `litellm` binary is found; one worker per core)
  *   proxy       client -> lego proxy -> engine        (template + tokenize + capture; vLLM client over HTTP)
@@ -22,7 +23,11 @@
  * Two workloads, each run for every path and API:
  *   paced         the engine takes a stated time per sampled token
  *                 (--decode-ms-per-token, default 20 ms: a batched decode step
- *                 of a served MoE model) before it answers, on every path, and
+ *                 of a served MoE model): a JSON reply leaves once the last
+ *                 token is sampled, a streamed one (the proxy's paths) sends
+ *                 each chunk as its tokens are (--stream-pacing decode, as vLLM
+ *                 and the Python engine do; "end" holds them all to the last),
+ *                 so the last token reaches every path at the same time; and
  *                 the harness a seeded 0-200 ms between calls (--tool-ms 100:
  *                 running the tool); sessions start spread out, so they wait on
  *                 the engine as in a real rollout instead of firing in waves;
@@ -42,6 +47,9 @@
  *               $request_time - $upstream_response_time (1 ms resolution);
  *   cpu         proxy process CPU (user + system) and GC pause time per request;
  *   phases      of the proxy's hop: reading the body, and parsing and planning it.
+ * noise_floor_p50_ms / noise_floor_p99_ms are direct_again's paired figures: what the
+ * instrument reads for a path that adds nothing (engine timers, the driver's event loop
+ * and the two cores' scheduling differ between any two runs of the same request).
  * The last line's overhead_p50_ms / overhead_p99_ms are the PAIRED added latency
  * of the PACED workload (`"measure"` says so) for `proxy`, zmq_overhead_* for `proxy_zmq`; vs_passthrough_p50 is that p50
  * over nginx's paired added p50 (unclamped; null when nginx's is not positive,
@@ -49,8 +57,8 @@
  * Every other figure is kept under "paced" and "back_to_back".
  *
  * Run: pnpm exec tsx src/proxy/bench/main.ts [--sessions 64] [--target-tokens 30000] [--rounds 3]
- *        [--decode-ms-per-token 20] [--tool-ms 100] [--workloads paced,back_to_back] [--apis openai,anthropic]
- *        [--only direct,passthrough,litellm,proxy,proxy_zmq]
+ *        [--decode-ms-per-token 20] [--tool-ms 100] [--stream-pacing decode|end] [--workloads paced,back_to_back] [--apis openai,anthropic]
+ *        [--only direct,direct_again,passthrough,litellm,proxy,proxy_zmq]
  * The proxy process runs with the V8 flags `lego` uses (node-flags.ts).
  * Profiling the proxy process: --cpu-prof-dir DIR (node's --cpu-prof), --proxy-node-flags "--trace-gc".
  * Last stdout line: {"bench":"proxy","measure":...,"overhead_p50_ms",...,"anthropic_overhead_p50_ms",...}.
@@ -61,7 +69,7 @@ import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { PROXY_NODE_FLAGS } from "../node-flags.ts";
-import { arg, DECODE_MS_PER_TOKEN, ROUNDS, SESSIONS, strArg, TARGET_TOKENS, TOOL_MS } from "./args.ts";
+import { arg, DECODE_MS_PER_TOKEN, ROUNDS, SESSIONS, STREAM_PACING, strArg, TARGET_TOKENS, TOOL_MS } from "./args.ts";
 import { engineRole } from "./engine-role.ts";
 import { child, nginxAdded, startLitellm, startNginx, type Child } from "./peers.ts";
 import { proxyRole, type EngineClientKind, type ProxyStats } from "./proxy-role.ts";
@@ -98,7 +106,7 @@ const round = (x: number | null) => (x === null ? null : Number(x.toFixed(3)));
 async function workload(label: string, decodeMs: number, toolMs: number, api: Api, want: (name: string) => boolean): Promise<WorkloadResult> {
   const tsx = ["--import", "tsx", SELF];
   console.log(`--- ${label}: ${api} API, engine ${decodeMs} ms per sampled token, tool time ${toolMs} ms on average`);
-  const engine = child(process.execPath, [...tsx, "--role", "engine", "--sessions", String(SESSIONS), "--decode-ms-per-token", String(decodeMs)]);
+  const engine = child(process.execPath, [...tsx, "--role", "engine", "--sessions", String(SESSIONS), "--decode-ms-per-token", String(decodeMs), "--stream-pacing", STREAM_PACING]);
   const { port: enginePort, zmq: engineZmq } = JSON.parse(await engine.firstLine) as { port: number; zmq: string };
   const procs: ChildProcess[] = [engine.proc];
   const e2e: Record<string, Map<string, number>> = {};
@@ -110,6 +118,8 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
   const proxies: Record<string, { proc: Child; stats: string }> = {};
   try {
     if (want("direct")) targets.push({ name: "direct", ...fixed(`http://127.0.0.1:${enginePort}`) });
+    // Runs right after direct in every round: a path that adds nothing, paired with the reference.
+    if (want("direct_again")) targets.push({ name: "direct_again", ...fixed(`http://127.0.0.1:${enginePort}`) });
     nginx = want("passthrough") ? await startNginx(enginePort) : null;
     if (nginx) {
       procs.push(nginx.proc);
@@ -169,7 +179,7 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
   for (const [name, st] of Object.entries(proxyStats))
     console.log(`${name.padEnd(12)} of which reading the body p50=${pct(st.body_ms, 50).toFixed(2)}ms p99=${pct(st.body_ms, 99).toFixed(2)}ms, parsing and planning p50=${pct(st.plan_ms, 50).toFixed(2)}ms p99=${pct(st.plan_ms, 99).toFixed(2)}ms`);
   const q = (xs: number[] | undefined, p: number) => (xs && xs.length ? pct(xs, p) : null);
-  const paths = [...Object.keys(PROXY_PATHS), "passthrough", "litellm"];
+  const paths = [...Object.keys(PROXY_PATHS), "passthrough", "litellm", "direct_again"];
   const hops = [...Object.keys(PROXY_PATHS).flatMap((n) => [n, `${n}_with_engine_hop`]), "passthrough"];
   const ps = (f: (st: ProxyStats) => number) => Object.fromEntries(Object.keys(PROXY_PATHS).map((n) => [n, proxyStats[n] ? f(proxyStats[n]) : null]));
   const paired = Object.fromEntries(paths.map((n) => [n, e2e[n] && e2e["direct"] ? pairedAdded(e2e[n], e2e["direct"]) : undefined]));
@@ -220,6 +230,7 @@ async function driver(): Promise<void> {
       sessions: SESSIONS,
       target_tokens: TARGET_TOKENS,
       engine: "one separate process for every path: HTTP (vLLM completions format for the proxy), and ZeroMQ for proxy_zmq",
+      stream_pacing: STREAM_PACING,
       overhead_p50_ms: head.paired_added_p50_ms["proxy"],
       overhead_p99_ms: head.paired_added_p99_ms["proxy"],
       proxy_in_handler_with_engine_hop_p50_ms: head.in_hop_p50_ms["proxy_with_engine_hop"],
@@ -228,6 +239,8 @@ async function driver(): Promise<void> {
       vs_passthrough_p50: ratio(head.paired_added_p50_ms["proxy"], floor),
       vs_litellm: ratio(head.paired_added_p50_ms["proxy"], head.paired_added_p50_ms["litellm"]),
       litellm_workers: want("litellm") ? availableParallelism() : null,
+      noise_floor_p50_ms: head.paired_added_p50_ms["direct_again"] ?? null,
+      noise_floor_p99_ms: head.paired_added_p99_ms["direct_again"] ?? null,
       anthropic_overhead_p50_ms: anthropic?.paired_added_p50_ms["proxy"] ?? null,
       anthropic_overhead_p99_ms: anthropic?.paired_added_p99_ms["proxy"] ?? null,
       // The second run: the same proxy over the ZeroMQ engine client, against the same engine process, in the same rounds.
@@ -235,6 +248,8 @@ async function driver(): Promise<void> {
       zmq_overhead_p99_ms: head.paired_added_p99_ms["proxy_zmq"] ?? null,
       anthropic_zmq_overhead_p50_ms: anthropic?.paired_added_p50_ms["proxy_zmq"] ?? null,
       anthropic_zmq_overhead_p99_ms: anthropic?.paired_added_p99_ms["proxy_zmq"] ?? null,
+      anthropic_noise_floor_p50_ms: anthropic?.paired_added_p50_ms["direct_again"] ?? null,
+      anthropic_noise_floor_p99_ms: anthropic?.paired_added_p99_ms["direct_again"] ?? null,
       anthropic_vs_passthrough_p50: anthropic ? ratio(anthropic.paired_added_p50_ms["proxy"], anthropic.paired_added_p50_ms["passthrough"]) : null,
       ...results,
     }),
@@ -242,7 +257,7 @@ async function driver(): Promise<void> {
 }
 
 const role = process.argv[process.argv.indexOf("--role") + 1];
-if (process.argv.includes("--role") && role === "engine") await engineRole(arg("decode-ms-per-token", 0));
+if (process.argv.includes("--role") && role === "engine") await engineRole(arg("decode-ms-per-token", 0), STREAM_PACING);
 else if (process.argv.includes("--role") && role === "proxy") await proxyRole(arg("engine-port", 0), strArg("stats-out", ""), strArg("engine-client", "http") as EngineClientKind, strArg("engine-zmq", ""));
 else if (process.argv.includes("--role") && role === "driver") await driver();
 else {
