@@ -35,6 +35,65 @@ describe("GrowingBodyParser", () => {
     expect(retry.messages[4]).toBe(third.messages[4]);
   });
 
+  it("reuses every message before the one a client rewrote, as Claude Code's moving cache breakpoint does", () => {
+    const parser = new GrowingBodyParser("messages");
+    type Block = Record<string, unknown>;
+    const history: Array<{ role: string; content: Block[] }> = [{ role: "user", content: [{ type: "text", text: "task" }] }];
+    // The breakpoint sits on the newest message only: the previous newest comes back without it.
+    const body = () => JSON.stringify({
+      model: "m", system: [{ type: "text", text: "s" }],
+      messages: history.map((m, i) => (i === history.length - 1 ? { ...m, content: m.content.map((b) => ({ ...b, cache_control: { type: "ephemeral" } })) } : m)),
+      tools: [{ name: "run" }],
+    });
+    const first = parseLikeJson(parser, body()) as { messages: unknown[] };
+    history.push({ role: "assistant", content: [{ type: "tool_use", id: "t1", name: "run", input: { cmd: "ls" } }] });
+    history.push({ role: "user", content: [{ type: "tool_result", tool_use_id: "t1", content: "a, b], c" }] });
+    const second = parseLikeJson(parser, body()) as { messages: unknown[] };
+    // Only the first message came before the rewritten one: nothing before its own comma is reused yet.
+    expect(second.messages[0]).not.toBe(first.messages[0]);
+    history.push({ role: "assistant", content: [{ type: "text", text: "done" }] });
+    const third = parseLikeJson(parser, body()) as { messages: unknown[] };
+    expect(parser.lastReusedBytes).toBeGreaterThan(0);
+    expect(third.messages[0]).toBe(second.messages[0]);
+    expect(third.messages[1]).toBe(second.messages[1]);
+    expect(third.messages[2]).not.toBe(second.messages[2]); // it lost its breakpoint
+  });
+
+  it("reuses the elements before an edit in the middle of the history and parses the rest", () => {
+    const parser = new GrowingBodyParser("messages");
+    const first = parseLikeJson(parser, '{"model":"m","messages":[{"a":1}, {"b":[2,","]}, {"c":3}],"n":1}') as { messages: unknown[] };
+    const second = parseLikeJson(parser, '{"model":"m","messages":[{"a":1}, {"b":[2,"!"]}, {"c":3}, {"d":4}],"n":1}') as { messages: unknown[] };
+    expect(second.messages[0]).toBe(first.messages[0]);
+    expect(second.messages[1]).not.toBe(first.messages[1]);
+    // The commas of the re-parsed part are known too: the next edit reuses up to it.
+    const third = parseLikeJson(parser, '{"model":"m","messages":[{"a":1}, {"b":[2,"!"]}, {"c":3}, {"d":5}],"n":1}') as { messages: unknown[] };
+    expect(third.messages[2]).toBe(second.messages[2]);
+    // The head changed: nothing is reused.
+    parseLikeJson(parser, '{"model":"x","messages":[{"a":1}, {"b":[2,"!"]}, {"c":3}, {"d":5}],"n":1}');
+    expect(parser.lastReusedBytes).toBe(0);
+    // A trailing comma right after the reused elements is still JSON.parse's error.
+    parseLikeJson(parser, '{"model":"m","messages":[{"a":1}, {"b":2}],"n":1}');
+    expect(() => parser.parse(bytes('{"model":"m","messages":[{"a":1}, ],"n":1}'))).toThrow(SyntaxError);
+  });
+
+  it("equals JSON.parse for random histories grown, edited, cut and re-spaced call after call", () => {
+    let seed = 12345;
+    const rand = (n: number) => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) % n);
+    const values = [1, "x", 'q"uo,te]', { k: [1, { n: null }] }, [], "ü😀", true, { "}": "]" }];
+    for (let run = 0; run < 20; run++) {
+      const parser = new GrowingBodyParser("messages");
+      let history: unknown[] = [];
+      for (let call = 0; call < 25; call++) {
+        const op = rand(6);
+        if (op === 0 && history.length > 0) history[rand(history.length)] = values[rand(values.length)]; // edit
+        else if (op === 1 && history.length > 1) history = history.slice(0, rand(history.length)); // cut
+        else for (let k = rand(3) + 1; k > 0; k--) history.push(values[rand(values.length)]); // grow
+        const space = rand(4) === 0 ? 2 : undefined;
+        parseLikeJson(parser, JSON.stringify({ model: "m", messages: history, tail: rand(2) }, null, space));
+      }
+    }
+  });
+
   it("works on pretty-printed bodies and with the history first or last", () => {
     for (const make of [
       (m: unknown[]) => JSON.stringify({ messages: m, model: "x" }, null, 2),

@@ -14,8 +14,15 @@
  * the new ones. That is exactly what JSON.parse of the whole body returns:
  * equal bytes parse to equal values, and the text parsed instead is valid JSON
  * exactly when the whole body is (the case where it is not, a trailing comma
- * after the old elements, is checked). Anything else (an edited or compacted
- * history, the array's key twice, a key spelled with escapes) is parsed whole.
+ * after the old elements, is checked).
+ *
+ * Some clients rewrite their newest messages as well: Claude Code moves its
+ * cache breakpoint (`cache_control`) to the newest message every call, so the
+ * previous newest message comes back without it. Then the longest run of
+ * previous elements the body repeats byte for byte (through the comma after
+ * them) is reused, and parsing starts at the first element that differs.
+ * Anything else (an edit before the array's first comma, the array's key twice,
+ * a key spelled with escapes) is parsed whole.
  *
  * The fields after the array (the tool list, often tens of KB, and the
  * sampling settings) usually repeat too: when the bytes from the array's `]` to
@@ -43,6 +50,8 @@ interface Previous {
   /** Offset just past the array's last element (whitespace before its `]` may differ next time, as pretty-printers put it). */
   end: number;
   elements: unknown[];
+  /** Offsets of the commas between the array's elements, in order (`elements.length - 1` of them). */
+  commas: number[];
 }
 
 export class GrowingBodyParser {
@@ -76,12 +85,13 @@ export class GrowingBodyParser {
     const value: unknown = JSON.parse(bytes.toString("utf8"));
     const elements = arrayOf(value, this.arrayKey);
     if (elements && elements.length > 0) {
-      const layout = walk(bytes, 0, 0, -1, this.key);
+      const commas: number[] = [];
+      const layout = walk(bytes, 0, 0, -1, this.key, commas);
       if (layout) {
         // The body is JSON, so its tail parses; the next body with the same tail gets these objects.
         const fields = this.fieldsAfter(bytes, layout.close);
         if (fields) for (const [k, v] of fields) defineField(value as Record<string, unknown>, k, v);
-        this.remember(bytes, 0, { open: layout.open, end: lastElementEnd(bytes, layout.close), elements });
+        this.remember(bytes, 0, { open: layout.open, end: lastElementEnd(bytes, layout.close), elements, commas });
       }
     }
     return value;
@@ -89,8 +99,8 @@ export class GrowingBodyParser {
 
   private parseAfterPrevious(bytes: Buffer): unknown {
     const prev = this.previous;
-    if (!prev || bytes.length <= prev.end) return undefined;
-    if (bytes.compare(this.kept, 0, prev.end, 0, prev.end) !== 0) return undefined;
+    if (!prev) return undefined;
+    if (bytes.length <= prev.end || bytes.compare(this.kept, 0, prev.end, 0, prev.end) !== 0) return this.parseAfterRepeatedElements(bytes, prev);
     const after = skipWhitespace(bytes, prev.end);
     let rest: number;
     if (bytes[after] === CLOSE_BRACKET) rest = after;
@@ -99,7 +109,8 @@ export class GrowingBodyParser {
       // `[old, ]` is not JSON, but `[` + ` ]` would be.
       if (bytes[skipWhitespace(bytes, rest)] === CLOSE_BRACKET) return undefined;
     } else return undefined;
-    const layout = walk(bytes, after, 2, prev.open, this.key);
+    const commas: number[] = [];
+    const layout = walk(bytes, after, 2, prev.open, this.key, commas);
     if (!layout) return undefined;
     const fields = this.fieldsAfter(bytes, layout.close);
     if (!fields) return undefined; // parsed whole, for JSON.parse's own message and position
@@ -114,8 +125,48 @@ export class GrowingBodyParser {
     const elements = prev.elements.concat(arrayOf(value, this.arrayKey)!);
     record[this.arrayKey] = elements;
     for (const [k, v] of fields) defineField(record, k, v);
-    this.remember(bytes, prev.end, { open: prev.open, end: lastElementEnd(bytes, layout.close), elements });
+    this.remember(bytes, prev.end, { open: prev.open, end: lastElementEnd(bytes, layout.close), elements, commas: prev.commas.concat(commas) });
     this.lastReusedBytes = prev.end;
+    return value;
+  }
+
+  /**
+   * The body when it repeats the previous one's bytes through the comma after one
+   * of its elements but not to the end of the last: the elements up to the last
+   * such comma are reused, the rest parsed. Undefined when no comma is repeated.
+   */
+  private parseAfterRepeatedElements(bytes: Buffer, prev: Previous): unknown {
+    // Repeating the bytes through comma j implies repeating them through every earlier comma: search for the last.
+    let reused = -1;
+    for (let lo = 0, hi = prev.commas.length - 1; lo <= hi; ) {
+      const mid = (lo + hi) >> 1;
+      const n = prev.commas[mid]! + 1;
+      if (bytes.length > n && bytes.compare(this.kept, 0, n, 0, n) === 0) {
+        reused = mid;
+        lo = mid + 1;
+      } else hi = mid - 1;
+    }
+    if (reused < 0) return undefined;
+    const rest = prev.commas[reused]! + 1;
+    // `[old, ]` is not JSON, but `[` + ` ]` would be.
+    if (bytes[skipWhitespace(bytes, rest)] === CLOSE_BRACKET) return undefined;
+    const commas: number[] = [];
+    const layout = walk(bytes, rest, 2, prev.open, this.key, commas);
+    if (!layout) return undefined;
+    const fields = this.fieldsAfter(bytes, layout.close);
+    if (!fields) return undefined;
+    let value: unknown;
+    try {
+      value = JSON.parse(bytes.toString("utf8", 0, prev.open) + bytes.toString("utf8", rest, layout.close) + "]}");
+    } catch {
+      return undefined;
+    }
+    const record = value as Record<string, unknown>;
+    const elements = prev.elements.slice(0, reused + 1).concat(arrayOf(value, this.arrayKey)!);
+    record[this.arrayKey] = elements;
+    for (const [k, v] of fields) defineField(record, k, v);
+    this.remember(bytes, rest, { open: prev.open, end: lastElementEnd(bytes, layout.close), elements, commas: prev.commas.slice(0, reused + 1).concat(commas) });
+    this.lastReusedBytes = rest;
     return value;
   }
 
@@ -210,12 +261,13 @@ function stringEnd(b: Buffer, at: number): number {
 /**
  * Walks JSON text from `i` with `depth` containers open (0: before the value;
  * 2: inside the array of `key`, whose `[` ends at `open`) and returns where
- * that array's elements start and where its `]` is. Null unless the text is an
+ * that array's elements start and where its `]` is; the commas between the
+ * array's elements that it passes are pushed to `commas`. Null unless the text is an
  * object with `key` exactly once among its own keys, holding an array, and no
  * key of the object is written with escapes (it could spell `key`). The walk
  * does not validate: the caller parses the text with JSON.parse.
  */
-function walk(b: Buffer, i: number, depth: number, open: number, key: Buffer): { open: number; close: number } | null {
+function walk(b: Buffer, i: number, depth: number, open: number, key: Buffer, commas: number[]): { open: number; close: number } | null {
   let inArray = depth === 2;
   let close = -1;
   const n = b.length;
@@ -247,6 +299,7 @@ function walk(b: Buffer, i: number, depth: number, open: number, key: Buffer): {
       continue;
     }
     if (c === OPEN_BRACE || c === OPEN_BRACKET) depth++;
+    else if (c === COMMA && depth === 2 && inArray) commas.push(i);
     else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) {
       depth--;
       if (depth === 1 && inArray) {
