@@ -109,25 +109,7 @@ export class GrowingBodyParser {
       // `[old, ]` is not JSON, but `[` + ` ]` would be.
       if (bytes[skipWhitespace(bytes, rest)] === CLOSE_BRACKET) return undefined;
     } else return undefined;
-    const commas: number[] = [];
-    const layout = walk(bytes, after, 2, prev.open, this.key, commas);
-    if (!layout) return undefined;
-    const fields = this.fieldsAfter(bytes, layout.close);
-    if (!fields) return undefined; // parsed whole, for JSON.parse's own message and position
-    let value: unknown;
-    try {
-      // The object up to the array's end; the fields after it are `fields`.
-      value = JSON.parse(bytes.toString("utf8", 0, prev.open) + bytes.toString("utf8", rest, layout.close) + "]}");
-    } catch {
-      return undefined;
-    }
-    const record = value as Record<string, unknown>;
-    const elements = prev.elements.concat(arrayOf(value, this.arrayKey)!);
-    record[this.arrayKey] = elements;
-    for (const [k, v] of fields) defineField(record, k, v);
-    this.remember(bytes, prev.end, { open: prev.open, end: lastElementEnd(bytes, layout.close), elements, commas: prev.commas.concat(commas) });
-    this.lastReusedBytes = prev.end;
-    return value;
+    return this.parseRest(bytes, prev, after, rest, prev.elements.length, prev.end);
   }
 
   /**
@@ -150,23 +132,36 @@ export class GrowingBodyParser {
     const rest = prev.commas[reused]! + 1;
     // `[old, ]` is not JSON, but `[` + ` ]` would be.
     if (bytes[skipWhitespace(bytes, rest)] === CLOSE_BRACKET) return undefined;
+    return this.parseRest(bytes, prev, rest, rest, reused + 1, rest);
+  }
+
+  /**
+   * The body whose head and first `reused` history elements are the previous body's
+   * bytes (its first `same` bytes are): the elements from `rest` to the array's `]`
+   * and the fields after it are parsed, the reused ones are the previous objects.
+   * The walk for the array's end starts at `from` (`rest`, or the separator before it).
+   * Undefined when the text is not what JSON.parse of the whole body would accept.
+   */
+  private parseRest(bytes: Buffer, prev: Previous, from: number, rest: number, reused: number, same: number): unknown {
     const commas: number[] = [];
-    const layout = walk(bytes, rest, 2, prev.open, this.key, commas);
+    const layout = walk(bytes, from, 2, prev.open, this.key, commas);
     if (!layout) return undefined;
     const fields = this.fieldsAfter(bytes, layout.close);
-    if (!fields) return undefined;
+    if (!fields) return undefined; // parsed whole, for JSON.parse's own message and position
     let value: unknown;
     try {
+      // The object up to the array's end; the fields after it are `fields`.
       value = JSON.parse(bytes.toString("utf8", 0, prev.open) + bytes.toString("utf8", rest, layout.close) + "]}");
     } catch {
       return undefined;
     }
     const record = value as Record<string, unknown>;
-    const elements = prev.elements.slice(0, reused + 1).concat(arrayOf(value, this.arrayKey)!);
+    const elements = prev.elements.slice(0, reused).concat(arrayOf(value, this.arrayKey)!);
     record[this.arrayKey] = elements;
     for (const [k, v] of fields) defineField(record, k, v);
-    this.remember(bytes, rest, { open: prev.open, end: lastElementEnd(bytes, layout.close), elements, commas: prev.commas.slice(0, reused + 1).concat(commas) });
-    this.lastReusedBytes = rest;
+    // The previous body's commas among and after the reused elements, then the ones the walk passed.
+    this.remember(bytes, same, { open: prev.open, end: lastElementEnd(bytes, layout.close), elements, commas: prev.commas.slice(0, reused).concat(commas) });
+    this.lastReusedBytes = same;
     return value;
   }
 
