@@ -76,6 +76,18 @@ describe("GrowingBodyParser", () => {
     expect(() => parser.parse(bytes('{"model":"m","messages":[{"a":1}, ],"n":1}'))).toThrow(SyntaxError);
   });
 
+  it("refuses a `}` where the history's `]` belongs, after a whole or a partly repeated history", () => {
+    for (const [before, after] of [
+      ['{"messages":[1,2]}', '{"messages":[1,3},"x":0}'],
+      ['{"messages":[1]}', '{"messages":[1,2}}'],
+      ['{"messages":[1,2,3]}', '{"messages":[1,}}'],
+    ] as const) {
+      const parser = new GrowingBodyParser("messages");
+      parseLikeJson(parser, before);
+      expect(() => parser.parse(bytes(after))).toThrow(SyntaxError);
+    }
+  });
+
   it("equals JSON.parse for random histories grown, edited, cut and re-spaced call after call", () => {
     let seed = 12345;
     const rand = (n: number) => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) % n);

@@ -145,7 +145,8 @@ export class GrowingBodyParser {
   private parseRest(bytes: Buffer, prev: Previous, from: number, rest: number, reused: number, same: number): unknown {
     const commas: number[] = [];
     const layout = walk(bytes, from, 2, prev.open, this.key, commas);
-    if (!layout) return undefined;
+    // The walk ends the array at any closing bracket; the text parsed below has its own `]`, so a `}` there must be refused here.
+    if (!layout || bytes[layout.close] !== CLOSE_BRACKET) return undefined;
     const fields = this.fieldsAfter(bytes, layout.close);
     if (!fields) return undefined; // parsed whole, for JSON.parse's own message and position
     let value: unknown;
