@@ -25,7 +25,6 @@ export type StreamPacing = "decode" | "end";
 export async function engineRole(decodeMs: number, pacing: StreamPacing): Promise<void> {
   const model = loadProxyModel(QWEN3_DIR);
   const ids = [...model.tokenizer.encode(REPLY_TEXT), model.codec.endOfTurnId];
-  const decode = () => (decodeMs > 0 ? new Promise((r) => setTimeout(r, decodeMs * ids.length)) : null);
   // When the first `tokens` of a reply begun at `start` are sampled: a streamed chunk is sent then
   // ("decode" pacing), or every chunk once the last token is ("end"); the last always at start + decodeMs * ids.length.
   const sampled = (start: number, tokens: number) => {
@@ -33,6 +32,8 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing): Promis
     // Not a timer for a time already past: Node waits at least 1 ms for any.
     return wait > 0 ? new Promise((r) => setTimeout(r, wait)) : null;
   };
+  // A JSON reply (direct, nginx, LiteLLM) leaves when the last token is sampled, by the same clock as a streamed one.
+  const decode = () => sampled(performance.now(), ids.length);
   let n = 0;
   const held: Record<string, number> = {};
   const readBody = (req: IncomingMessage) =>
