@@ -36,7 +36,7 @@ def _print(event: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lego_rl.engine", description=__doc__)
     parser.add_argument("--model", required=True, help="model directory (config.json, model.safetensors)")
-    parser.add_argument("--bind", default="tcp://127.0.0.1:5556", help="ZeroMQ endpoint; tcp://127.0.0.1:* picks a free port")
+    parser.add_argument("--bind", default="tcp://127.0.0.1:5556", help="ZeroMQ endpoint (tcp://127.0.0.1:* picks a free port) or unix:///PATH (a Unix socket for a proxy on this host)")
     parser.add_argument("--name", default=None, help="model name clients may ask for (default: the directory's name)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--device", default="cpu")

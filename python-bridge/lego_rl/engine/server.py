@@ -1,4 +1,4 @@
-"""The engine over ZeroMQ: a ROUTER socket in front of one `Engine` (frames from schemas/records.toml).
+"""The engine over ZeroMQ (a ROUTER socket) or a Unix socket (wire.py), in front of one `Engine` (frames from schemas/records.toml).
 
 1. One thread owns the socket and the engine. Each turn of the loop reads every frame
    already queued (without blocking while the engine has work), then runs one
@@ -26,6 +26,9 @@
 7. Stopping (SIGTERM) drains: new generate requests get Error shutting_down, the running
    and queued ones get `drain_timeout_s` to finish, and whatever is left then is failed
    with Error shutting_down, so no client waits for a reply that never comes.
+8. The wire is the bind address's (wire.py): ZeroMQ (`tcp://`, `ipc://`) or a Unix socket
+   (`unix:///PATH`, length-prefixed frames) for a proxy on the same host. A Unix-socket client
+   that disconnects has its requests aborted at once; ZeroMQ cannot tell, so they run out.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ from lego_rl.schema import (
 from lego_rl.model import CheckpointError, ConfigError, read_config, safetensors_files
 
 from .engine import Engine, EngineConfig
+from .wire import open_wire
 from .types import (
     GenerationRequest,
     GenerationResult,
@@ -97,7 +101,8 @@ class EngineServerConfig:
     model_dir: str
     """A Hugging Face style model directory (config.json + safetensors)."""
     bind: str = "tcp://127.0.0.1:5556"
-    """ZeroMQ endpoint to bind; `tcp://127.0.0.1:*` picks a free port (read it from `address`)."""
+    """Where to listen (wire.py): a ZeroMQ endpoint (`tcp://127.0.0.1:*` picks a free port; read it from
+    `address`), or `unix:///PATH` for a proxy on the same host."""
     model_name: str | None = None
     """Name clients may ask for (GenerateRequest.model); None = the model directory's name."""
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -138,7 +143,7 @@ class _HeldUpdate:
 
 
 class EngineServer:
-    """Serves one Engine on a bound ROUTER socket; call `serve(stop)` from one thread."""
+    """Serves one Engine on a bound wire (a ZeroMQ ROUTER or a Unix socket, wire.py); call `serve(stop)` from one thread."""
 
     def __init__(self, engine: Engine, *, bind: str, model_name: str, context: zmq.Context[Any] | None = None,
                  weight_update_policy: WeightUpdatePolicy = "continue", drain_timeout_s: float = 30.0) -> None:
@@ -151,10 +156,7 @@ class EngineServer:
         self.draining = False
         """Set once stopping: new requests are refused while the accepted ones finish."""
         self._held: _HeldUpdate | None = None
-        self._context = context or zmq.Context.instance()
-        self._socket = self._context.socket(zmq.ROUTER)
-        self._socket.setsockopt(zmq.LINGER, 0)
-        self._socket.bind(bind)
+        self._wire = open_wire(bind, context)
         self._pending: dict[str, _Pending] = {}
         self._seeds = random.Random()
         self.stats: dict[str, int] = {"requests": 0, "results": 0, "errors": 0, "aborts": 0, "weight_updates": 0, "step_failures": 0}
@@ -162,13 +164,13 @@ class EngineServer:
     @property
     def address(self) -> str:
         """The bound endpoint with the real port (bind `tcp://127.0.0.1:*` for an ephemeral one)."""
-        return self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        return self._wire.address
 
     def serve(self, stop: threading.Event | None = None, idle_poll_ms: int = 50) -> None:
         """Runs until `stop` is set (checked every `idle_poll_ms` while idle) or the socket closes, then drains."""
-        while not (stop is not None and stop.is_set()) and not self._socket.closed:
+        while not (stop is not None and stop.is_set()) and not self._wire.closed:
             self.serve_once(idle_poll_ms)
-        if not self._socket.closed:
+        if not self._wire.closed:
             self.drain()
 
     def drain(self) -> None:
@@ -180,7 +182,7 @@ class EngineServer:
             self._error(held.peer, "shutting_down", f"update {held.update.request_id!r} to v{held.update.version}: the engine is shutting down",
                         request_id=held.update.request_id)
         deadline = time.monotonic() + self.drain_timeout_s
-        while self.engine.has_work and time.monotonic() < deadline and not self._socket.closed:
+        while self.engine.has_work and time.monotonic() < deadline and not self._wire.closed:
             self.serve_once(0)
         for key in list(self._pending):
             try:
@@ -196,10 +198,12 @@ class EngineServer:
         """Reads the frames that are waiting (blocking up to `idle_poll_ms` only when idle), then steps once."""
         wait = 0 if self.engine.has_work else idle_poll_ms
         for _ in range(_MAX_FRAMES_PER_TURN):
-            if not self._socket.poll(wait):
+            if not self._wire.poll(wait):
                 break
-            self._handle(self._socket.recv_multipart(copy=False))
+            self._handle(*self._wire.recv())
             wait = 0
+        for peer in self._wire.take_gone():
+            self._forget(peer)
         self._apply_held_update()
         if self.engine.has_work:
             try:
@@ -212,16 +216,14 @@ class EngineServer:
             self._apply_held_update()
 
     def close(self) -> None:
-        self._socket.close(linger=0)
+        self._wire.close()
 
     # ------------------------------------------------------------ requests in
 
-    def _handle(self, frames: list[Any]) -> None:
-        peer = frames[0].bytes
-        if len(frames) != 2:
-            self._error(peer, "bad_frame", f"expected one control frame per message, got {len(frames) - 1}")
+    def _handle(self, peer: bytes, body: Any) -> None:
+        if body is None:
+            self._error(peer, "bad_frame", "expected one control frame per message")
             return
-        body = frames[1].buffer
         try:
             message = decode_control(body)
         except ControlMessageError as error:
@@ -302,6 +304,16 @@ class EngineServer:
         self.stats["aborts"] += 1
         self._dispatch(result)
 
+    def _forget(self, peer: bytes) -> None:
+        """A client that disconnected (a Unix-socket wire says so): its requests stop now, nobody reads them."""
+        for key in [k for k, p in self._pending.items() if p.peer == peer]:
+            del self._pending[key]
+            try:
+                self.engine.abort(key)
+                self.stats["aborts"] += 1
+            except UnknownRequestError:
+                pass  # retired by a failed step meanwhile
+
     def _update_weights(self, peer: bytes, update: UpdateWeights) -> None:
         rid, version, live = update.request_id, update.version, self.engine.policy_version
         refusal = None
@@ -380,7 +392,7 @@ class EngineServer:
         self._send(pending.peer, result_message(pending.request_id, event))
 
     def _send(self, peer: bytes, message: Any) -> None:
-        self._socket.send_multipart([peer, encode_control(message)])
+        self._wire.send(peer, encode_control(message))
 
     def _error(self, peer: bytes, code: str, message: str, *, request_id: str | None = None, bad_field: str | None = None) -> None:
         self.stats["errors"] += 1

@@ -1,7 +1,8 @@
-"""A real engine server on a thread and a DEALER client speaking its frames, for the server tests."""
+"""A real engine server on a thread and a client speaking its frames (a DEALER, or a Unix socket), for the server tests."""
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,22 +33,47 @@ def serving(config: EngineServerConfig) -> Iterator[EngineServer]:
 
 
 class Client:
-    """One DEALER connection to an engine server."""
+    """One connection to an engine server: a DEALER, or for a `unix://` address a Unix socket with length-prefixed frames."""
 
     def __init__(self, address: str) -> None:
+        self.unix: socket.socket | None = None
+        if address.startswith("unix://"):
+            self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.unix.settimeout(REPLY_TIMEOUT_MS / 1000)
+            self.unix.connect(address[len("unix://"):])
+            self.inbox = bytearray()
+            return
         self.socket = zmq.Context.instance().socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.connect(address)
 
     def send(self, message: Any) -> None:
-        self.socket.send(encode_control(message))
+        self.send_raw(encode_control(message))
 
     def send_raw(self, *frames: bytes) -> None:
-        self.socket.send_multipart(list(frames))
+        """One message of `frames` (ZeroMQ); over a Unix socket, each frame as a message of its own."""
+        if self.unix is not None:
+            self.unix.sendall(b"".join(len(f).to_bytes(4, "big") + f for f in frames))
+        else:
+            self.socket.send_multipart(list(frames))
+
+    def send_bytes(self, data: bytes) -> None:
+        """Bytes as they are, no framing (Unix socket only): for a stream that breaks the framing."""
+        assert self.unix is not None
+        self.unix.sendall(data)
 
     def recv(self) -> Any:
-        assert self.socket.poll(REPLY_TIMEOUT_MS), "no reply from the engine server"
-        return decode_control(self.socket.recv())
+        if self.unix is None:
+            assert self.socket.poll(REPLY_TIMEOUT_MS), "no reply from the engine server"
+            return decode_control(self.socket.recv())
+        while len(self.inbox) < 4 or len(self.inbox) < 4 + int.from_bytes(self.inbox[:4], "big"):
+            data = self.unix.recv(1 << 16)  # a missing reply raises socket.timeout
+            assert data, "the engine server closed the connection"
+            self.inbox += data
+        length = int.from_bytes(self.inbox[:4], "big")
+        frame = bytes(self.inbox[4:4 + length])
+        del self.inbox[:4 + length]
+        return decode_control(frame)
 
     def ask(self, message: Any) -> Any:
         self.send(message)
@@ -63,4 +89,7 @@ class Client:
         return chunks, message
 
     def close(self) -> None:
-        self.socket.close(linger=0)
+        if self.unix is not None:
+            self.unix.close()
+        else:
+            self.socket.close(linger=0)

@@ -1,9 +1,10 @@
-"""The engine over ZeroMQ: real sockets, a DEALER client per test, the tiny byte-tokenizer model."""
+"""The engine over each wire (ZeroMQ, a Unix socket): real sockets, a client per test, the tiny byte-tokenizer model."""
 
 from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -33,9 +34,11 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny-bytes", tokenizer="bytes", seed=0)
 
 
-@pytest.fixture(scope="module")
-def server(model_dir: Path) -> Iterator[EngineServer]:
-    with serving(EngineServerConfig(model_dir=str(model_dir), bind="tcp://127.0.0.1:*", engine=ENGINE)) as served:
+@pytest.fixture(scope="module", params=["zmq", "unix"])
+def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[EngineServer]:
+    """The same server on each wire: every test below holds for both."""
+    bind = "tcp://127.0.0.1:*" if request.param == "zmq" else f"unix://{tmp_path_factory.mktemp('sock')}/engine.sock"
+    with serving(EngineServerConfig(model_dir=str(model_dir), bind=bind, engine=ENGINE)) as served:
         yield served
 
 
@@ -147,7 +150,6 @@ BAD_INPUTS: dict[str, tuple[list[bytes], str, str | None, str | None]] = {
         [msgpack.packb({**msgpack.unpackb(encode_control(generate("lst", [1]))), "prompt_token_ids": [1, 2]})], "bad_frame", "lst", None),
     "unknown kind": ([msgpack.packb({"kind": "generate_all", "request_id": "k"})], "bad_frame", "k", None),
     "a message engines do not take": ([encode_control(Ack(batch_id="b", status="accepted", reason=None))], "unexpected_message", None, None),
-    "two frames": ([b"a", b"b"], "bad_frame", None, None),
     "another schema major": ([encode_control(EngineHello(client_id="old", schema_version=f"{SCHEMA_MAJOR + 1}.0.0"))], "schema_version", None, None),
     "abort of an unknown request": ([encode_control(Abort(request_id="ghost"))], "unknown_request", "ghost", "request_id"),
 }
@@ -163,6 +165,39 @@ def test_bad_input_gets_an_error_reply_and_the_server_keeps_serving(client: Clie
     assert error.message
     client.send(generate("after", [1, 2, 3], max_tokens=2))
     assert client.until_result("after")[1].finish_reason == "length"
+
+
+# A Unix-socket stream has no multi-frame messages (its framing errors: the next test).
+@pytest.mark.parametrize("server", ["zmq"], indirect=True)
+def test_a_zeromq_message_of_two_frames_gets_bad_frame_and_the_server_keeps_serving(client: Client):
+    assert client.unix is None
+    client.send_raw(b"a", b"b")
+    error = client.recv()
+    assert isinstance(error, Error) and error.code == "bad_frame", error
+    client.send(generate("after", [1, 2, 3], max_tokens=2))
+    assert client.until_result("after")[1].finish_reason == "length"
+
+
+# ZeroMQ never tells the server a client went away: its requests run to their end.
+@pytest.mark.parametrize("server", ["unix"], indirect=True)
+def test_a_unix_socket_client_that_goes_away_or_breaks_the_framing_has_its_requests_aborted(server: EngineServer, client: Client):
+    assert client.unix is not None
+    before = server.stats["aborts"]
+    gone = Client(server.address)
+    gone.send(generate("long", [1, 2], max_tokens=4000))
+    assert isinstance(gone.recv(), TokenChunk)  # it runs
+    gone.close()
+    broken = Client(server.address)
+    broken.send(generate("long", [1, 2], max_tokens=4000))
+    assert isinstance(broken.recv(), TokenChunk)
+    broken.send_bytes((2**31).to_bytes(4, "big"))  # a length no control frame has: the stream cannot be read on
+    with pytest.raises(AssertionError, match="closed the connection"):
+        while True:
+            broken.recv()  # the rest of its stream, then the close
+    broken.close()
+    client.send(generate("after", [1, 2, 3], max_tokens=2))  # meanwhile everyone else is served
+    assert client.until_result("after")[1].finish_reason == "length"
+    assert server.stats["aborts"] == before + 2
 
 
 def test_a_next_turn_reports_the_prompt_tokens_its_prefix_cache_served(client: Client):
@@ -258,3 +293,32 @@ def test_the_ray_actor_serves_the_engine_over_zeromq(model_dir: Path, tmp_path: 
         ray.get(actor.stop.remote())
     finally:
         ray.shutdown()
+
+
+def test_a_bind_address_the_wires_do_not_know_or_a_path_that_is_no_socket_is_refused_naming_it(tmp_path: Path):
+    from lego_rl.engine.wire import open_wire
+
+    with pytest.raises(ValueError, match=r"http://x.*tcp://HOST:PORT or ipc://PATH \(ZeroMQ\) or unix:///PATH"):
+        open_wire("http://x")
+    with pytest.raises(ValueError, match="ABSOLUTE"):
+        open_wire("unix://relative.sock")
+    precious = tmp_path / "notes.txt"
+    precious.write_text("keep me")
+    with pytest.raises(ValueError, match="exists and is not a socket"):
+        open_wire(f"unix://{precious}")
+    assert precious.read_text() == "keep me"
+    # A socket file an engine left behind (it died) is replaced, and the new wire serves.
+    stale = tmp_path / "engine.sock"
+    first = open_wire(f"unix://{stale}")
+    first._listener.close()  # type: ignore[attr-defined]  # dies without unlinking
+    second = open_wire(f"unix://{stale}")
+    try:
+        peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        peer.connect(str(stale))
+        peer.sendall((3).to_bytes(4, "big") + b"abc")
+        assert second.poll(5000)
+        assert second.recv()[1] == b"abc"
+        peer.close()
+    finally:
+        second.close()
+    assert not stale.exists()

@@ -1,10 +1,11 @@
 /**
- * The embedded Python engine (`python -m lego_rl.engine`) over ZeroMQ.
+ * The embedded Python engine (`python -m lego_rl.engine`) over ZeroMQ, or over a
+ * Unix socket when the engine runs on the same host (`unix:///PATH`; wire.ts).
  *
- * 1. One DEALER socket per client; every ZeroMQ message is one msgpack control
- *    frame from schemas/records.toml (GenerateRequest, TokenChunk,
- *    GenerateResult, Abort, EngineHello/EngineInfo, Error). Replies are routed
- *    to the waiting `generate` by `request_id`.
+ * 1. One connection per client (a DEALER, or a Unix stream socket); every message
+ *    is one msgpack control frame from schemas/records.toml (GenerateRequest,
+ *    TokenChunk, GenerateResult, Abort, EngineHello/EngineInfo, Error). Replies
+ *    are routed to the waiting `generate` by `request_id`.
  * 2. Tokens stream as TokenChunks. A token's routing row exists only once the
  *    engine has fed it back as input, so the routing of the whole completion
  *    (and the prompt's) arrives with the GenerateResult: `generate` yields it as
@@ -25,21 +26,22 @@
  *    update_weights on its own socket): each chunk carries the version that
  *    sampled it and the last chunk the oldest. This client never sends
  *    update_weights, so a weights_updated reply is counted as unrouted.
- * 6. A DEALER never reports a dead peer by itself, so the socket's monitor does:
- *    when the connection drops, every request in flight fails with an
+ * 6. A DEALER never reports a dead peer by itself, so the socket's monitor does
+ *    (a Unix socket closes with the engine process): when the connection drops,
+ *    every request in flight fails with an
  *    EngineError (the engine, restarted or not, will never answer them: a new
  *    connection is a new peer to its ROUTER) and `available()` is false until
  *    the connection is back; the next call says hello again.
  */
-import { Dealer } from "zeromq";
 import { decodeControl, encodeControl, SCHEMA_VERSION, type ControlMessage, type EngineInfo, type GenerateResult, type RoutingArray as Routing, type TokenChunk } from "../schema/index.ts";
 import { EngineAbortedError, EngineError, type EngineClient, type EngineRejection, type GenerateChunk, type GenerateRequest } from "./types.ts";
+import { openWire, type ControlWire } from "./wire.ts";
 
 /** The client's defaults, in one place (what `ZmqEngineConfig` leaves out). */
 export const ZMQ_ENGINE_DEFAULTS = { helloTimeoutMs: 60_000 } as const;
 
 export interface ZmqEngineConfig {
-  /** Endpoint the engine bound, e.g. tcp://127.0.0.1:5556 (its "listening" line prints it). */
+  /** Endpoint the engine bound, e.g. tcp://127.0.0.1:5556 or unix:///run/engine.sock (its "listening" line prints it; wire.ts). */
   address: string;
   /** Model the engine must serve (sent as GenerateRequest.model); omit to accept any. */
   model?: string;
@@ -118,12 +120,9 @@ interface InfoWaiter {
 
 export class ZmqEngine implements EngineClient {
   readonly name = "zmq";
-  // ZMTP heartbeats: an engine that stops answering without closing its connection (a stopped process,
-  // a host gone) is noticed within seconds, so requests in flight fail instead of hanging the turn.
-  private readonly socket = new Dealer({ linger: 0, heartbeatInterval: 1000, heartbeatTimeout: 5000 });
+  private readonly wire: ControlWire;
   private readonly streams = new Map<string, ReplyQueue>();
   private readonly infoWaiters: InfoWaiter[] = [];
-  private sendTail: Promise<void> = Promise.resolve();
   private firstInfo: Promise<EngineInfo> | null = null;
   /** The first EngineInfo once it has arrived. */
   private info: EngineInfo | null = null;
@@ -134,11 +133,14 @@ export class ZmqEngine implements EngineClient {
   private disconnectWaiters: (() => void)[] = [];
 
   constructor(private readonly config: ZmqEngineConfig) {
-    this.socket.events.on("disconnect", () => this.onDisconnect());
-    this.socket.events.on("connect", () => (this.connectionLost = false));
-    // Unsent messages wait for the connection (no `immediate`), so the client may start before the engine binds.
-    this.socket.connect(config.address);
-    void this.receiveLoop();
+    this.wire = openWire(config.address, {
+      frame: (bytes) => this.onFrame(bytes),
+      connect: () => (this.connectionLost = false),
+      disconnect: () => this.onDisconnect(),
+      failed: (error) => {
+        if (!this.closed) this.failAll(new EngineError(this.name, error.message, { cause: error }));
+      },
+    });
   }
 
   /** False from a dropped connection until it is back (never connected yet counts as available). */
@@ -230,8 +232,7 @@ export class ZmqEngine implements EngineClient {
       queue.fail(new EngineError(this.name, `client closed while request ${id} was running`));
     }
     for (const waiter of this.infoWaiters.splice(0)) waiter.reject(new EngineError(this.name, "client closed"));
-    await this.sendTail;
-    this.socket.close();
+    this.wire.close();
   }
 
   /** The first EngineInfo, fetched once: every request needs the routing shape and expert count. */
@@ -281,28 +282,16 @@ export class ZmqEngine implements EngineClient {
     return chunk;
   }
 
-  /** zeromq.js allows one pending send per socket: sends queue here, in call order. */
+  /** Sends go out in call order (wire.ts). */
   private send(message: ControlMessage): Promise<void> {
     if (this.closed && message.kind !== "abort") return Promise.reject(new EngineError(this.name, "client is closed"));
-    const bytes = encodeControl(message);
-    const sent = this.sendTail.then(() => this.socket.send(bytes));
-    this.sendTail = sent.catch(() => undefined);
-    return sent;
+    return this.wire.send(encodeControl(message));
   }
 
-  private async receiveLoop(): Promise<void> {
-    try {
-      for await (const frames of this.socket) this.onReply(frames);
-    } catch (error) {
-      if (!this.closed) this.failAll(new EngineError(this.name, `receiving from ${this.config.address} failed: ${(error as Error).message}`, { cause: error }));
-    }
-  }
-
-  private onReply(frames: Buffer[]): void {
+  private onFrame(frame: Uint8Array): void {
     let message: ControlMessage;
     try {
-      if (frames.length !== 1) throw new Error(`expected one control frame, got ${frames.length}`);
-      message = decodeControl(frames[0]!);
+      message = decodeControl(frame);
     } catch {
       // A frame we cannot read names no request we could fail: count it so tests and logs see it.
       this.unrouted += 1;

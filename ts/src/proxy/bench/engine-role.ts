@@ -3,17 +3,22 @@
  * `decodeMs` per sampled token is waited before answering (the paced workload).
  * OpenAI chat JSON (/v1/chat/completions) or Anthropic Messages JSON (/v1/messages)
  * for the token-free paths, vLLM /v1/completions SSE with ids for the proxy over
- * HTTP, and the Python engine's ZeroMQ protocol (msgpack GenerateRequest in,
- * TokenChunks and a GenerateResult out; ZmqEngine is its client) for the proxy's
- * second run, in the same process and with the same reply and decode wait.
+ * HTTP, and the Python engine's control protocol (msgpack GenerateRequest in,
+ * TokenChunks and a GenerateResult out; ZmqEngine is its client) over ZeroMQ and
+ * over a Unix socket for the proxy's other runs, in the same process and with the
+ * same reply and decode wait.
  * For the proxy's calls it keeps how long it held each request (HTTP: headers in
- * to last byte out; ZeroMQ: request frame in to result frame sent; by request_id)
+ * to last byte out; control protocol: request frame in to result frame sent; by request_id)
  * and serves them at GET /held, so the proxy can count its own engine-client hop:
  * its wait on the engine minus the engine's time.
  */
 import { createServer, type IncomingMessage } from "node:http";
-import type { AddressInfo } from "node:net";
+import { mkdtempSync } from "node:fs";
+import { createServer as createNetServer, type AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { Router } from "zeromq";
+import { FrameReader, frameBytes } from "../../engine/wire.ts";
 import { decodeControl, encodeControl, SCHEMA_VERSION, type ControlMessage } from "../../schema/index.ts";
 import { loadProxyModel } from "../model.ts";
 import { QWEN3_DIR } from "../test-support.ts";
@@ -91,48 +96,62 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing): Promis
   });
   server.keepAliveTimeout = 60_000;
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const zmq = await zmqEngine(ids, model.tokenizer.size, sampled, held);
-  console.log(JSON.stringify({ port: (server.address() as AddressInfo).port, zmq }));
+  const { zmq, unix } = await controlEngine(ids, model.tokenizer.size, sampled, held);
+  console.log(JSON.stringify({ port: (server.address() as AddressInfo).port, zmq, unix }));
 }
 
 /**
- * The ZeroMQ side: a ROUTER answering engine_hello with a dense model's EngineInfo and
- * each generate with the reply's ids in TokenChunks of 4 (as the SSE side streams
- * them), then the GenerateResult. Returns the bound endpoint (tcp on loopback, as the
- * HTTP side, so both hops cross the same kind of socket).
+ * The Python engine's control protocol, served over ZeroMQ (a ROUTER) and over a Unix
+ * stream socket (length-prefixed frames, wire.ts): engine_hello gets a dense model's
+ * EngineInfo, each generate the reply's ids in TokenChunks of 4 (as the SSE side
+ * streams them), then the GenerateResult. Returns both endpoints (ZeroMQ on tcp
+ * loopback, as the HTTP side, so both hops cross the same kind of socket).
  */
-async function zmqEngine(ids: number[], vocabSize: number, sampled: (start: number, tokens: number) => Promise<unknown> | null, held: Record<string, number>): Promise<string> {
-  const router = new Router({ linger: 0 });
-  await router.bind("tcp://127.0.0.1:*");
-  // zeromq.js allows one pending send per socket: replies queue in order.
-  let tail: Promise<void> = Promise.resolve();
-  const send = (peer: Buffer, m: ControlMessage) => (tail = tail.then(() => router.send([peer, encodeControl(m)])));
+async function controlEngine(ids: number[], vocabSize: number, sampled: (start: number, tokens: number) => Promise<unknown> | null, held: Record<string, number>): Promise<{ zmq: string; unix: string }> {
   const reply = Int32Array.from(ids);
   const logprobs = new Float32Array(ids.length).fill(-0.5);
-  const serve = async (peer: Buffer, m: ControlMessage & { kind: "generate" }, t0: number) => {
+  type Send = (m: ControlMessage) => Promise<void>;
+  const serve = async (send: Send, m: ControlMessage & { kind: "generate" }, t0: number) => {
     const start = performance.now();
     for (let i = 0; i < reply.length; i += 4) {
       await sampled(start, Math.min(i + 4, reply.length));
-      void send(peer, { kind: "token_chunk", request_id: m.request_id, token_ids: reply.subarray(i, i + 4), logprobs: logprobs.subarray(i, i + 4), policy_version: 0 });
+      void send({ kind: "token_chunk", request_id: m.request_id, token_ids: reply.subarray(i, i + 4), logprobs: logprobs.subarray(i, i + 4), policy_version: 0 });
     }
-    await send(peer, {
+    await send({
       kind: "generate_result", request_id: m.request_id, finish_reason: "stop", completion_token_ids: reply, logprobs,
       prompt_routing: new Uint16Array(0), completion_routing: new Uint16Array(0), moe_layers: 0, top_k: 0, policy_version: 0, seed: 0,
       policy_versions: null, cached_prompt_tokens: null,
     });
     held[m.request_id] = performance.now() - t0;
   };
-  void (async () => {
-    for await (const [peer, frame] of router) {
-      const t0 = performance.now();
-      const m = decodeControl(frame!);
-      if (m.kind === "engine_hello")
-        void send(peer!, { kind: "engine_info", model: "bench", policy_version: 0, vocab_size: vocabSize, max_context: 1 << 20, moe_layers: 0, top_k: 0, num_experts: 0, active_requests: 0, schema_version: SCHEMA_VERSION });
-      else if (m.kind === "generate") void serve(peer!, m, t0);
-      // The bench never aborts a request that is still running; one that ended is unknown, as the Python engine says.
-      else if (m.kind === "abort") void send(peer!, { kind: "error", code: "unknown_request", message: `no request ${m.request_id}`, batch_id: null, request_id: m.request_id, field: null });
-    }
-  })();
-  return router.lastEndpoint!;
-}
+  const onFrame = (send: Send, frame: Uint8Array) => {
+    const t0 = performance.now();
+    const m = decodeControl(frame);
+    if (m.kind === "engine_hello")
+      void send({ kind: "engine_info", model: "bench", policy_version: 0, vocab_size: vocabSize, max_context: 1 << 20, moe_layers: 0, top_k: 0, num_experts: 0, active_requests: 0, schema_version: SCHEMA_VERSION });
+    else if (m.kind === "generate") void serve(send, m, t0);
+    // The bench never aborts a request that is still running; one that ended is unknown, as the Python engine says.
+    else if (m.kind === "abort") void send({ kind: "error", code: "unknown_request", message: `no request ${m.request_id}`, batch_id: null, request_id: m.request_id, field: null });
+  };
 
+  const router = new Router({ linger: 0 });
+  await router.bind("tcp://127.0.0.1:*");
+  // zeromq.js allows one pending send per socket: replies queue in order.
+  let tail: Promise<void> = Promise.resolve();
+  void (async () => {
+    for await (const [peer, frame] of router) onFrame((m) => (tail = tail.then(() => router.send([peer!, encodeControl(m)]))), frame!);
+  })();
+
+  const path = join(mkdtempSync(join(tmpdir(), "bench-engine-")), "engine.sock");
+  const unix = createNetServer((socket) => {
+    const send: Send = (m) => {
+      socket.write(Buffer.concat(frameBytes(encodeControl(m))));
+      return Promise.resolve();
+    };
+    const reader = new FrameReader((frame) => onFrame(send, frame));
+    socket.on("data", (chunk: Buffer) => reader.push(chunk));
+    socket.on("error", () => undefined);
+  });
+  await new Promise<void>((r) => unix.listen(path, r));
+  return { zmq: router.lastEndpoint!, unix: `unix://${path}` };
+}

@@ -9,10 +9,12 @@
  *   litellm     client -> LiteLLM proxy -> engine     (when a `litellm` binary is found; one worker per core)
  *   proxy       client -> lego proxy -> engine        (template + tokenize + capture; vLLM client over HTTP)
  *   proxy_zmq   client -> lego proxy -> engine        (the same, with the ZeroMQ engine client)
+ *   proxy_unix  client -> lego proxy -> engine        (the same client over a Unix socket: an engine on the proxy's host)
  * Every path calls the same engine process (engine-role.ts): OpenAI chat JSON
  * over HTTP for the token-free paths, vLLM /v1/completions SSE with ids for
- * `proxy`, and the Python engine's msgpack protocol over ZeroMQ (prompt ids as
- * one binary int32 array) for `proxy_zmq`, so every path pays one engine hop.
+ * `proxy`, and the Python engine's msgpack protocol (prompt ids as one binary
+ * int32 array) over ZeroMQ for `proxy_zmq` and over a Unix socket for
+ * `proxy_unix`, so every path pays one engine hop.
  *
  * Two API shapes (--apis openai,anthropic; workload.ts): Chat Completions, and
  * Claude-Code-shaped Messages (system blocks, tool_result blocks, re-serialized
@@ -51,14 +53,15 @@
  * instrument reads for a path that adds nothing (engine timers, the driver's event loop
  * and the two cores' scheduling differ between any two runs of the same request).
  * The last line's overhead_p50_ms / overhead_p99_ms are the PAIRED added latency
- * of the PACED workload (`"measure"` says so) for `proxy`, zmq_overhead_* for `proxy_zmq`; vs_passthrough_p50 is that p50
+ * of the PACED workload (`"measure"` says so) for `proxy`, zmq_overhead_* for `proxy_zmq`, unix_overhead_* for
+ * `proxy_unix`; vs_passthrough_p50 is that p50
  * over nginx's paired added p50 (unclamped; null when nginx's is not positive,
  * and nginx's own figure is beside it); vs_litellm likewise over LiteLLM's.
  * Every other figure is kept under "paced" and "back_to_back".
  *
  * Run: pnpm exec tsx src/proxy/bench/main.ts [--sessions 64] [--target-tokens 30000] [--rounds 3]
  *        [--decode-ms-per-token 20] [--tool-ms 100] [--stream-pacing decode|end] [--workloads paced,back_to_back] [--apis openai,anthropic]
- *        [--only direct,direct_again,passthrough,litellm,proxy,proxy_zmq]
+ *        [--only direct,direct_again,passthrough,litellm,proxy,proxy_zmq,proxy_unix]
  * The proxy process runs with the V8 flags `lego` uses (node-flags.ts).
  * Profiling the proxy process: --cpu-prof-dir DIR (node's --cpu-prof), --proxy-node-flags "--trace-gc".
  * Last stdout line: {"bench":"proxy","measure":...,"overhead_p50_ms",...,"anthropic_overhead_p50_ms",...}.
@@ -78,7 +81,7 @@ import { APIS, drive, turnsPerSession, type Api, type Target } from "./workload.
 
 const SELF = fileURLToPath(import.meta.url);
 /** The proxy's paths: the same proxy with each engine client (proxy-role.ts), against the one engine process. */
-const PROXY_PATHS: Record<string, EngineClientKind> = { proxy: "http", proxy_zmq: "zmq" };
+const PROXY_PATHS: Record<string, EngineClientKind> = { proxy: "http", proxy_zmq: "zmq", proxy_unix: "unix" };
 interface WorkloadResult {
   decode_ms_per_token: number;
   tool_ms: number;
@@ -107,7 +110,7 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
   const tsx = ["--import", "tsx", SELF];
   console.log(`--- ${label}: ${api} API, engine ${decodeMs} ms per sampled token, tool time ${toolMs} ms on average`);
   const engine = child(process.execPath, [...tsx, "--role", "engine", "--sessions", String(SESSIONS), "--decode-ms-per-token", String(decodeMs), "--stream-pacing", STREAM_PACING]);
-  const { port: enginePort, zmq: engineZmq } = JSON.parse(await engine.firstLine) as { port: number; zmq: string };
+  const { port: enginePort, zmq: engineZmq, unix: engineUnix } = JSON.parse(await engine.firstLine) as { port: number; zmq: string; unix: string };
   const procs: ChildProcess[] = [engine.proc];
   const e2e: Record<string, Map<string, number>> = {};
   const hop: Record<string, number[]> = {};
@@ -139,7 +142,7 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
       const prof = profDir ? ["--cpu-prof", `--cpu-prof-dir=${profDir}`] : [];
       // The flags `lego` runs the proxy with, then extra ones for this process only, e.g. --proxy-node-flags "--trace-gc".
       prof.push(...PROXY_NODE_FLAGS, ...strArg("proxy-node-flags", "").split(" ").filter(Boolean));
-      const p = child(process.execPath, [...prof, ...tsx, "--role", "proxy", "--engine-port", String(enginePort), "--engine-client", client, "--engine-zmq", engineZmq, "--sessions", String(SESSIONS), "--rounds", String(ROUNDS), "--stats-out", statsOut]);
+      const p = child(process.execPath, [...prof, ...tsx, "--role", "proxy", "--engine-port", String(enginePort), "--engine-client", client, "--engine-control", client === "unix" ? engineUnix : engineZmq, "--sessions", String(SESSIONS), "--rounds", String(ROUNDS), "--stats-out", statsOut]);
       procs.push(p.proc);
       proxies[name] = { proc: p, stats: statsOut };
       const { sessions } = JSON.parse(await p.firstLine) as { sessions: Array<{ url: string; secret: string }> };
@@ -229,7 +232,7 @@ async function driver(): Promise<void> {
       measure,
       sessions: SESSIONS,
       target_tokens: TARGET_TOKENS,
-      engine: "one separate process for every path: HTTP (vLLM completions format for the proxy), and ZeroMQ for proxy_zmq",
+      engine: "one separate process for every path: HTTP (vLLM completions format for the proxy), ZeroMQ for proxy_zmq, a Unix socket for proxy_unix",
       stream_pacing: STREAM_PACING,
       overhead_p50_ms: head.paired_added_p50_ms["proxy"],
       overhead_p99_ms: head.paired_added_p99_ms["proxy"],
@@ -248,6 +251,11 @@ async function driver(): Promise<void> {
       zmq_overhead_p99_ms: head.paired_added_p99_ms["proxy_zmq"] ?? null,
       anthropic_zmq_overhead_p50_ms: anthropic?.paired_added_p50_ms["proxy_zmq"] ?? null,
       anthropic_zmq_overhead_p99_ms: anthropic?.paired_added_p99_ms["proxy_zmq"] ?? null,
+      // The third: the same client over a Unix socket (an engine on the proxy's host), same engine process and rounds.
+      unix_overhead_p50_ms: head.paired_added_p50_ms["proxy_unix"] ?? null,
+      unix_overhead_p99_ms: head.paired_added_p99_ms["proxy_unix"] ?? null,
+      anthropic_unix_overhead_p50_ms: anthropic?.paired_added_p50_ms["proxy_unix"] ?? null,
+      anthropic_unix_overhead_p99_ms: anthropic?.paired_added_p99_ms["proxy_unix"] ?? null,
       anthropic_noise_floor_p50_ms: anthropic?.paired_added_p50_ms["direct_again"] ?? null,
       anthropic_noise_floor_p99_ms: anthropic?.paired_added_p99_ms["direct_again"] ?? null,
       anthropic_vs_passthrough_p50: anthropic ? ratio(anthropic.paired_added_p50_ms["proxy"], anthropic.paired_added_p50_ms["passthrough"]) : null,
@@ -258,7 +266,7 @@ async function driver(): Promise<void> {
 
 const role = process.argv[process.argv.indexOf("--role") + 1];
 if (process.argv.includes("--role") && role === "engine") await engineRole(arg("decode-ms-per-token", 0), STREAM_PACING);
-else if (process.argv.includes("--role") && role === "proxy") await proxyRole(arg("engine-port", 0), strArg("stats-out", ""), strArg("engine-client", "http") as EngineClientKind, strArg("engine-zmq", ""));
+else if (process.argv.includes("--role") && role === "proxy") await proxyRole(arg("engine-port", 0), strArg("stats-out", ""), strArg("engine-client", "http") as EngineClientKind, strArg("engine-control", ""));
 else if (process.argv.includes("--role") && role === "driver") await driver();
 else {
   // The driver is the measuring instrument for every path: its own GC pauses (it

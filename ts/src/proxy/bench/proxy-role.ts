@@ -1,7 +1,7 @@
 /**
  * The proxy's process in the benchmark: the real ProxyServer calling the engine
  * process (the same engine process every other path calls) over HTTP in vLLM's
- * format, or over ZeroMQ with the Python engine's protocol (ZmqEngine). Per measured request it records its in-handler time minus the engine
+ * format, or with the Python engine's protocol (ZmqEngine) over ZeroMQ or a Unix socket. Per measured request it records its in-handler time minus the engine
  * wait (the proxy's own work), and that plus its engine-client hop (handler time
  * minus the time the engine process itself held the request, from GET /held).
  */
@@ -58,19 +58,20 @@ function timedEngine(inner: EngineClient, done: (requestId: string, ms: number) 
   };
 }
 /** Which engine client the proxy calls the engine process with. */
-export type EngineClientKind = "http" | "zmq";
+export type EngineClientKind = "http" | "zmq" | "unix";
 
 /**
  * Runs the proxy against the engine process on `enginePort` (HTTP; also where its held
- * times are read) or, for `zmq`, its ZeroMQ endpoint `zmqAddress`; writes the
+ * times are read) or, for `zmq` and `unix`, its control endpoint `controlAddress`; writes the
  * per-request figures to `statsOut` when terminated.
  */
-export async function proxyRole(enginePort: number, statsOut: string, client: EngineClientKind, zmqAddress: string): Promise<void> {
+export async function proxyRole(enginePort: number, statsOut: string, client: EngineClientKind, controlAddress: string): Promise<void> {
   const model = loadProxyModel(QWEN3_DIR);
   const engineUrl = `http://127.0.0.1:${enginePort}`;
   const engineMs = new Map<string, { requestId: string; waited: number }>();
-  if (client !== "http" && client !== "zmq") throw new Error(`bench proxy: unknown engine client ${JSON.stringify(client)} (http or zmq)`);
-  const inner = client === "zmq" ? new ZmqEngine({ address: zmqAddress, model: "bench" }) : new VllmEngine({ baseUrl: engineUrl, model: "bench" });
+  if (client !== "http" && client !== "zmq" && client !== "unix") throw new Error(`bench proxy: unknown engine client ${JSON.stringify(client)} (http, zmq or unix)`);
+  // The control protocol's client over the endpoint it is given: ZeroMQ (tcp://) or a Unix socket (unix://).
+  const inner = client === "http" ? new VllmEngine({ baseUrl: engineUrl, model: "bench" }) : new ZmqEngine({ address: controlAddress, model: "bench" });
   // The engine's share of a request: the time its stream kept the proxy waiting (keyed by session; one call in flight per session).
   const engine = timedEngine(inner, (requestId, waited) => engineMs.set(requestId.slice(0, requestId.lastIndexOf("/turn-")), { requestId, waited }));
   const added: number[] = [];
