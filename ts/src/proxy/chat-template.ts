@@ -9,9 +9,11 @@
  * assistant turn. Re-rendering the whole history would not reproduce what the
  * model saw (Qwen3 drops earlier <think> blocks and re-serializes arguments).
  */
+import { createHash } from "node:crypto";
 import { setFlagsFromString } from "node:v8";
 import { Template } from "@huggingface/jinja";
 import type { ChatMessage, ToolSpec } from "./chat.ts";
+import { QWEN3_TEMPLATE_SHA256, renderQwen3 } from "./qwen3-template.ts";
 
 export class TemplateError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -63,6 +65,8 @@ const MARK = "\u0000lego-mark\u0000";
 
 export class ChatTemplate {
   private readonly template: Template;
+  /** Renders with qwen3-template.ts instead of the interpreter: the source is Qwen3's, by hash. */
+  readonly native: boolean;
   /** Text the template emits after an assistant message's content (Qwen3: "<|im_end|>\n"). */
   readonly assistantTail: string;
   private readonly stubCache = new Map<string, string>();
@@ -70,10 +74,14 @@ export class ChatTemplate {
   constructor(
     source: string,
     private readonly specialTokens: { eos_token: string | null; bos_token: string | null },
-    /** Widen V8's inline caches for the interpreter before the first render (see tuneV8ForTemplates). */
-    options: { tuneV8?: boolean } = {},
+    /**
+     * tuneV8: widen V8's inline caches for the interpreter before the first render (see tuneV8ForTemplates).
+     * native: render a template this proxy knows by hash (Qwen3's) in TypeScript; false always interprets.
+     */
+    options: { tuneV8?: boolean; native?: boolean } = {},
   ) {
     if (options.tuneV8 ?? true) tuneV8ForTemplates();
+    this.native = (options.native ?? true) && createHash("sha256").update(source).digest("hex") === QWEN3_TEMPLATE_SHA256;
     try {
       this.template = new Template(source);
     } catch (cause) {
@@ -93,6 +101,10 @@ export class ChatTemplate {
   }
 
   render(messages: ChatMessage[], tools: ToolSpec[], options: RenderOptions): string {
+    if (this.native) {
+      const text = renderQwen3(messages, tools, options.addGenerationPrompt, options.enableThinking);
+      if (text !== null) return text;
+    }
     const vars: Record<string, unknown> = {
       messages: messages.map(templateMessage),
       add_generation_prompt: options.addGenerationPrompt,
