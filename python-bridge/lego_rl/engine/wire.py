@@ -9,13 +9,17 @@ pairs, and sends frames back to a peer. The address picks the wire:
   then its bytes (docs/model.md "Serving over a Unix socket"). For a proxy on the same host: a
   message costs one write and one read, where ZeroMQ hands it through an I/O thread on each
   side. A client that disconnects is reported (`take_gone`) so the server aborts its
-  requests at once. A frame longer than MAX_FRAME_BYTES closes that connection (the stream
-  is not control frames); a client that stops reading while more than MAX_UNSENT_BYTES wait
-  for it is disconnected rather than let the engine's memory grow.
+  requests at once, and its frames not yet handled are dropped. A socket file whose engine
+  is gone is replaced; binding where an engine still serves is refused. A frame longer than
+  MAX_FRAME_BYTES closes that connection (the stream is not control frames); a client that
+  stops reading while more than MAX_UNSENT_BYTES wait for it is disconnected rather than let
+  the engine's memory grow. Out of file descriptors, accepting pauses for 100 ms at a time
+  while the connected clients are served.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import selectors
 import socket
@@ -90,6 +94,12 @@ class ZmqWire:
         self._socket.close(linger=0)
 
 
+def _file_identity(path: str) -> tuple[int, int, int]:
+    """Tells a file from a later one at the same path (an inode number alone is reused)."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
 @dataclass(slots=True)
 class _Conn:
     sock: socket.socket
@@ -102,15 +112,26 @@ class _Conn:
 class UnixStreamWire:
     def __init__(self, path: str) -> None:
         self._path = path
-        # A socket file left by an engine that died is replaced; any other file is not ours to remove.
+        # A socket file left by an engine that died is replaced; a live engine's, or any other file, is not ours to remove.
         if os.path.lexists(path):
             if not stat.S_ISSOCK(os.lstat(path).st_mode):
                 raise ValueError(f"bind unix://{path}: the path exists and is not a socket")
-            os.unlink(path)
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(path)
+            except OSError:
+                os.unlink(path)  # nobody listens: left behind
+            else:
+                raise ValueError(f"bind unix://{path}: another process is serving there; stop it or bind another path")
+            finally:
+                probe.close()
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(path)
         self._listener.listen(128)
         self._listener.setblocking(False)
+        # close() removes the file only while it is still ours (not replaced by a later engine's).
+        self._identity = _file_identity(path)
+        self._accept_paused_until = 0.0
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._listener, selectors.EVENT_READ, None)
         self._conns: dict[bytes, _Conn] = {}
@@ -131,6 +152,9 @@ class UnixStreamWire:
         if self._ready:
             return True
         deadline = time.monotonic() + timeout_ms / 1000
+        if self._accept_paused_until and time.monotonic() >= self._accept_paused_until:
+            self._accept_paused_until = 0.0
+            self._selector.register(self._listener, selectors.EVENT_READ, None)
         while not self._closed:
             left = max(0.0, deadline - time.monotonic())
             for key, mask in self._selector.select(left):
@@ -176,7 +200,8 @@ class UnixStreamWire:
         self._selector.close()
         self._listener.close()
         try:
-            os.unlink(self._path)
+            if _file_identity(self._path) == self._identity:
+                os.unlink(self._path)
         except FileNotFoundError:
             pass
 
@@ -186,6 +211,14 @@ class UnixStreamWire:
                 sock, _ = self._listener.accept()
             except BlockingIOError:
                 return
+            except OSError as error:
+                # Out of descriptors (or a connection that aborted): the engine keeps serving who it has;
+                # new clients wait 100 ms, rather than the loop spinning on a listener it cannot accept from.
+                if error.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._selector.unregister(self._listener)
+                    self._accept_paused_until = time.monotonic() + 0.1
+                    return
+                continue
             sock.setblocking(False)
             self._next_peer += 1
             conn = _Conn(sock=sock, peer=b"unix" + self._next_peer.to_bytes(4, "big"))
@@ -244,3 +277,6 @@ class UnixStreamWire:
         self._selector.unregister(conn.sock)
         conn.sock.close()
         self._gone.append(conn.peer)
+        # Its frames not yet handled would start requests nobody reads (take_gone reports it only once).
+        if any(peer == conn.peer for peer, _ in self._ready):
+            self._ready = deque(item for item in self._ready if item[0] != conn.peer)

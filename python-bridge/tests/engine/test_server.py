@@ -307,9 +307,13 @@ def test_a_bind_address_the_wires_do_not_know_or_a_path_that_is_no_socket_is_ref
     with pytest.raises(ValueError, match="exists and is not a socket"):
         open_wire(f"unix://{precious}")
     assert precious.read_text() == "keep me"
-    # A socket file an engine left behind (it died) is replaced, and the new wire serves.
+    # Where an engine still serves, a second one is refused and the first keeps its socket file.
     stale = tmp_path / "engine.sock"
     first = open_wire(f"unix://{stale}")
+    with pytest.raises(ValueError, match="another process is serving there"):
+        open_wire(f"unix://{stale}")
+    assert stale.exists()
+    # A socket file an engine left behind (it died) is replaced, and the new wire serves.
     first._listener.close()  # type: ignore[attr-defined]  # dies without unlinking
     second = open_wire(f"unix://{stale}")
     try:
@@ -322,3 +326,29 @@ def test_a_bind_address_the_wires_do_not_know_or_a_path_that_is_no_socket_is_ref
     finally:
         second.close()
     assert not stale.exists()
+    # The first engine, closing late, does not remove a file that is no longer its own.
+    third = open_wire(f"unix://{stale}")
+    try:
+        first.close()
+        assert stale.exists()
+    finally:
+        third.close()
+
+
+def test_frames_a_unix_socket_client_sent_before_it_went_away_start_nothing(tmp_path: Path):
+    from lego_rl.engine.wire import open_wire
+
+    wire = open_wire(f"unix://{tmp_path / 'engine.sock'}")
+    try:
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(str(tmp_path / "engine.sock"))
+        client.sendall(b"".join((1).to_bytes(4, "big") + bytes([i]) for i in range(10)))
+        assert wire.poll(5000)
+        peer, first = wire.recv()
+        assert first == b"\x00"
+        client.close()
+        wire.send(peer, b"reply")  # the peer is gone: the send fails and drops it, with its 9 frames not yet handled
+        assert wire.take_gone() == [peer]
+        assert not wire.poll(0)
+    finally:
+        wire.close()

@@ -11,7 +11,7 @@ import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { REPO_ROOT } from "../repo-root.ts";
 import { EngineError, type GenerateChunk, type GenerateRequest } from "./types.ts";
-import { FrameReader, frameBytes, MAX_STREAM_FRAME_BYTES, openWire } from "./wire.ts";
+import { FrameReader, frameBytes, MAX_HELD_FRAMES, MAX_STREAM_FRAME_BYTES, openWire } from "./wire.ts";
 import { ZmqEngine } from "./zmq.ts";
 
 const PYTHON = join(REPO_ROOT, ".venv/bin/python");
@@ -39,6 +39,32 @@ describe("FrameReader", () => {
   it("an address of no known wire is refused with the forms it takes", () => {
     const events = { frame: () => undefined, connect: () => undefined, disconnect: () => undefined, failed: () => undefined };
     expect(() => openWire("http://127.0.0.1:1", events)).toThrow(/tcp:\/\/HOST:PORT or ipc:\/\/PATH \(ZeroMQ\) or unix:\/\/\/PATH/);
+  });
+});
+
+describe("a Unix-socket wire whose engine is not there", () => {
+  it("holds what is sent up to a bound, then refuses with the reason, and closes without waiting for the engine", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "lego-wire-"));
+    const events = { frame: () => undefined, connect: () => undefined, disconnect: () => undefined, failed: () => undefined };
+    const wire = openWire(`unix://${join(dir, "nobody.sock")}`, events);
+    try {
+      for (let i = 0; i < MAX_HELD_FRAMES; i++) await wire.send(Uint8Array.from([i % 256]));
+      await expect(wire.send(Uint8Array.from([1]))).rejects.toThrow(/not connected and already holds 1000 frames; is the engine running\?/);
+    } finally {
+      wire.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+    await expect(wire.send(Uint8Array.from([1]))).rejects.toThrow(/closed/);
+    expect(() => openWire("unix://relative.sock", events)).toThrow(/unix:\/\/\/PATH/);
+  });
+
+  it("an engine client closed before its engine ever answered lets go at once", async () => {
+    const client = new ZmqEngine({ address: "tcp://127.0.0.1:9", helloTimeoutMs: 60_000 });
+    const call = collect(client.generate(request("never", [1], 1)));
+    const t0 = performance.now();
+    await client.close();
+    await expect(call).rejects.toThrow(EngineError);
+    expect(performance.now() - t0).toBeLessThan(2_000);
   });
 });
 

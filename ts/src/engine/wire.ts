@@ -12,7 +12,8 @@
  *   wake-ups per message, which is most of a hop's time on a small, busy host).
  *   A dead engine process closes the socket, so it is noticed at once; the wire
  *   reconnects every `reconnectMs` and holds frames sent meanwhile until it is
- *   back (as ZeroMQ does).
+ *   back (as ZeroMQ does, up to MAX_HELD_FRAMES; more are refused). An engine
+ *   that stops without exiting is not noticed (no heartbeats): ZeroMQ's are.
  */
 import { connect, type Socket } from "node:net";
 import { Dealer } from "zeromq";
@@ -33,7 +34,9 @@ export interface ControlWire {
 
 /** The largest frame a stream wire accepts: a bigger length prefix means the stream is corrupt. */
 export const MAX_STREAM_FRAME_BYTES = 1 << 30;
-const UNIX = /^unix:(?:\/\/)?(\/.+)$/;
+/** Frames a disconnected stream wire holds at most (ZeroMQ's default high-water mark is the same). */
+export const MAX_HELD_FRAMES = 1000;
+const UNIX = /^unix:\/\/(\/.+)$/;
 
 /** The wire for `address` (module doc). */
 export function openWire(address: string, events: WireEvents, reconnectMs = 100): ControlWire {
@@ -71,8 +74,10 @@ class ZmqWire implements ControlWire {
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    // Frames already queued go first (an abort on the way out).
-    void this.tail.then(() => this.socket.close());
+    // Frames already queued go first (an abort on the way out), but not forever: a send to an
+    // engine that never came up waits for room that never comes, and would keep the socket open.
+    const grace = new Promise<void>((resolve) => setTimeout(resolve, 100).unref());
+    void Promise.race([this.tail, grace]).then(() => this.socket.close());
   }
 
   private async receive(): Promise<void> {
@@ -111,6 +116,8 @@ class StreamWire implements ControlWire {
     if (this.closed) return Promise.reject(new Error(`the wire to unix://${this.path} is closed`));
     const [head, body] = frameBytes(bytes) as [Buffer, Buffer];
     if (!this.connected) {
+      if (this.held.length / 2 >= MAX_HELD_FRAMES)
+        return Promise.reject(new Error(`unix://${this.path} is not connected and already holds ${MAX_HELD_FRAMES} frames; is the engine running?`));
       this.held.push(head, body);
       return Promise.resolve();
     }
@@ -129,7 +136,10 @@ class StreamWire implements ControlWire {
     if (this.closed) return;
     this.closed = true;
     if (this.timer) clearTimeout(this.timer);
-    this.socket?.end();
+    // What is written goes out first (an abort on the way out); an engine that stopped reading gets a second.
+    const socket = this.socket;
+    socket?.end(() => socket.destroy());
+    if (socket) setTimeout(() => socket.destroy(), 1000).unref();
     this.socket = null;
   }
 
@@ -137,6 +147,7 @@ class StreamWire implements ControlWire {
     const socket = connect(this.path);
     this.socket = socket;
     socket.on("connect", () => {
+      if (this.closed) return void socket.destroy();
       this.connected = true;
       const held = this.held;
       this.held = [];
