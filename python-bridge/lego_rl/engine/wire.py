@@ -280,3 +280,58 @@ class UnixStreamWire:
         # Its frames not yet handled would start requests nobody reads (take_gone reports it only once).
         if any(peer == conn.peer for peer, _ in self._ready):
             self._ready = deque(item for item in self._ready if item[0] != conn.peer)
+
+
+class ClientConnection:
+    """A client's connection to an engine server's wire (the trainer's weight sync uses one): send frames, read replies."""
+
+    def __init__(self, address: str) -> None:
+        self._unix: socket.socket | None = None
+        self._inbox = bytearray()
+        if address.startswith("unix://"):
+            self._unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                self._unix.connect(address[len("unix://"):])
+            except OSError as error:
+                self._unix.close()
+                raise ConnectionError(f"cannot connect to {address}: {error}; is the engine server running?") from error
+            return
+        if not address.startswith(("tcp://", "ipc://")):
+            raise ValueError(f"engine address {address!r}: expected tcp://HOST:PORT or ipc://PATH (ZeroMQ) or unix:///PATH (a Unix socket)")
+        self._zmq = zmq.Context.instance().socket(zmq.DEALER)
+        self._zmq.setsockopt(zmq.LINGER, 0)
+        self._zmq.connect(address)  # ZeroMQ connects in the background; a reply that never comes is the caller's timeout
+
+    def send(self, data: bytes) -> None:
+        if self._unix is not None:
+            self._unix.sendall(len(data).to_bytes(4, "big") + data)
+        else:
+            self._zmq.send(data)
+
+    def recv(self, timeout_ms: int) -> bytes | None:
+        """The next frame, or None when none came within `timeout_ms`."""
+        if self._unix is None:
+            return self._zmq.recv() if self._zmq.poll(timeout_ms) else None
+        deadline = time.monotonic() + timeout_ms / 1000
+        while len(self._inbox) < 4 or len(self._inbox) < 4 + int.from_bytes(self._inbox[:4], "big"):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self._unix.settimeout(left)
+            try:
+                data = self._unix.recv(1 << 16)
+            except TimeoutError:
+                return None
+            if not data:
+                raise ConnectionError("the engine server closed the connection")
+            self._inbox += data
+        length = int.from_bytes(self._inbox[:4], "big")
+        frame = bytes(self._inbox[4:4 + length])
+        del self._inbox[:4 + length]
+        return frame
+
+    def close(self) -> None:
+        if self._unix is not None:
+            self._unix.close()
+        else:
+            self._zmq.close(linger=0)

@@ -38,13 +38,13 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, Union
 
 import torch
-import zmq
 from safetensors.torch import save_file
 
 from ..model import ExpertLayout, split_experts
 from ..schema import (SCHEMA_VERSION, ControlMessageError, EngineHello, EngineInfo, Error, UpdateWeights, WeightsUpdated,
                       WeightVersion, decode_control, encode_control)
 from ..durable import fsync_dir, fsync_file
+from ..engine.wire import ClientConnection
 from .vllm_worker_extension import LOAD_METHOD, MANIFEST, SERVED_METHOD, read_manifest_version
 
 Weights = Union[torch.nn.Module, Mapping[str, torch.Tensor], Path]
@@ -390,7 +390,7 @@ class EngineServerSyncConfig:
     """One `python -m lego_rl.engine` server (or the EngineServerActor); it must see the weights folder at the same path."""
 
     address: str
-    """ZeroMQ endpoint the server bound, e.g. tcp://10.0.0.7:5556 (its "listening" line prints it)."""
+    """Address the server bound, e.g. tcp://10.0.0.7:5556 or unix:///run/engine.sock (its "listening" line prints it)."""
     timeout_s: float = 600.0
     """How long the server may take to answer; it loads between two decode steps, so this includes one step."""
 
@@ -428,24 +428,29 @@ class EngineServerWeightSync:
         return reply.policy_version
 
     def _ask(self, message: Any, version: int, request_id: str | None) -> Any:
-        """Send one frame on a fresh DEALER and return the reply naming `request_id` (None: the first reply without one)."""
+        """Send one frame on a fresh connection and return the reply naming `request_id` (None: the first reply without one)."""
         address = self.config.address
-        socket = zmq.Context.instance().socket(zmq.DEALER)
-        socket.setsockopt(zmq.LINGER, 0)
         try:
-            socket.connect(address)
-            socket.send(encode_control(message))
+            connection = ClientConnection(address)
+        except (ConnectionError, ValueError) as error:
+            raise WeightSyncError(server_url=address, version=version, message=str(error)) from error
+        try:
+            connection.send(encode_control(message))
             deadline = time.monotonic() + self.config.timeout_s
             while True:
                 left_ms = int((deadline - time.monotonic()) * 1000)
-                if left_ms <= 0 or not socket.poll(left_ms):
+                try:
+                    frame = connection.recv(left_ms) if left_ms > 0 else None
+                except ConnectionError as error:
+                    raise WeightSyncError(server_url=address, version=version, message=f"{error} before answering {message.KIND}") from error
+                if frame is None:
                     raise WeightSyncError(server_url=address, version=version,
                                           message=f"no reply to {message.KIND} within {self.config.timeout_s:g} s; is the engine server running?")
                 try:
-                    reply = decode_control(socket.recv())
+                    reply = decode_control(frame)
                 except ControlMessageError as error:
                     raise WeightSyncError(server_url=address, version=version, message=f"unreadable reply: {error}") from error
                 if getattr(reply, "request_id", None) == request_id:
                     return reply
         finally:
-            socket.close(linger=0)
+            connection.close()

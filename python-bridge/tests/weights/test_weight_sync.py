@@ -371,14 +371,15 @@ def test_a_server_sync_needs_a_published_directory(tmp_path: Path, model: torch.
 # ---- the embedded engine's ZeroMQ server ----------------------------------------------
 
 
-@pytest.fixture
-def engine_server(model_dir: Path) -> Iterator[EngineServer]:
-    """A real `lego_rl.engine` server on a thread (tests/engine/test_server_updates.py covers what it does mid-generation)."""
-    with serving(EngineServerConfig(model_dir=str(model_dir), bind="tcp://127.0.0.1:*", engine=EngineConfig())) as served:
+@pytest.fixture(params=["zmq", "unix"])
+def engine_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[EngineServer]:
+    """A real `lego_rl.engine` server on a thread, on each wire (tests/engine/test_server_updates.py covers what it does mid-generation)."""
+    bind = "tcp://127.0.0.1:*" if request.param == "zmq" else f"unix://{tmp_path_factory.mktemp('sock')}/engine.sock"
+    with serving(EngineServerConfig(model_dir=str(model_dir), bind=bind, engine=EngineConfig())) as served:
         yield served
 
 
-def test_an_engine_server_loads_each_published_version_over_zeromq(tmp_path: Path, model_dir: Path, model: torch.nn.Module,
+def test_an_engine_server_loads_each_published_version_over_its_wire(tmp_path: Path, model_dir: Path, model: torch.nn.Module,
                                                                    engine_server: EngineServer) -> None:
     sync = EngineServerWeightSync(config=EngineServerSyncConfig(address=engine_server.address, timeout_s=30))
     disk = _disk(tmp_path, model_dir, sync)
@@ -410,6 +411,12 @@ def test_an_engine_server_refusal_names_the_server_version_and_code(tmp_path: Pa
     with pytest.raises(WeightSyncError, match="weight_update: .*no \\*.safetensors"):
         EngineServerWeightSync(config=EngineServerSyncConfig(address=address)).publish(6, path)
     assert engine_server.engine.policy_version == 5
+
+
+def test_an_engine_server_nobody_serves_on_a_unix_socket_is_named(tmp_path: Path, model: torch.nn.Module) -> None:
+    address = f"unix://{tmp_path}/nobody.sock"
+    with pytest.raises(WeightSyncError, match=r"cannot connect to unix://.*nobody.sock.*is the engine server running\?"):
+        EngineServerWeightSync(config=EngineServerSyncConfig(address=address, timeout_s=5)).served_version()
 
 
 def test_an_engine_server_that_does_not_answer_times_out(tmp_path: Path, model_dir: Path, model: torch.nn.Module) -> None:

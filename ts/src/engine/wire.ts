@@ -38,6 +38,11 @@ export const MAX_STREAM_FRAME_BYTES = 1 << 30;
 export const MAX_HELD_FRAMES = 1000;
 const UNIX = /^unix:\/\/(\/.+)$/;
 
+/** Whether `address` names an engine's control endpoint (ZeroMQ or a Unix socket), not a scripted engine's name. */
+export function isControlAddress(address: string): boolean {
+  return UNIX.test(address) || /^(tcp|ipc):\/\/./.test(address);
+}
+
 /** The wire for `address` (module doc). */
 export function openWire(address: string, events: WireEvents, reconnectMs = 100): ControlWire {
   const unix = UNIX.exec(address);

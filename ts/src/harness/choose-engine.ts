@@ -28,6 +28,6 @@ export async function harnessLauncherFor(harness: Harness, tools: ToolNames, opt
     return proxiedLauncher({ harness, engineName: "zmq", policy, model, maxTokens: sampling.maxTokensPerTurn, ...(opts.limits ? { limits: opts.limits } : {}) });
   }
   if (!(ENGINES as readonly string[]).includes(engine))
-    throw new HarnessEngineError(`--engine ${JSON.stringify(engine)}: unknown engine for harness ${harness.name} (known: ${ENGINES.join(", ")}, or an engine address tcp://HOST:PORT)`);
+    throw new HarnessEngineError(`--engine ${JSON.stringify(engine)}: unknown engine for harness ${harness.name} (known: ${ENGINES.join(", ")}, or an engine address tcp://HOST:PORT or unix:///PATH)`);
   return proxiedLauncher({ harness, engineName: engine, engine: (model, def) => scriptedHarnessEngine(engine, model, def, tools), ...(opts.limits ? { limits: opts.limits } : {}) });
 }

@@ -14,7 +14,7 @@
  * asked for, so the behaviour logprobs are the policy's own; the harness's
  * max_tokens is honoured only up to `maxTokensPerTurn`.
  */
-import { ZmqEngine, type EngineClient, type GenerateChunk, type GenerateRequest } from "../engine/index.ts";
+import { isControlAddress, ZmqEngine, type EngineClient, type GenerateChunk, type GenerateRequest } from "../engine/index.ts";
 import type { EngineInfo, RoutingShape } from "../schema/index.ts";
 import type { ProxyModel } from "../proxy/index.ts";
 
@@ -28,7 +28,7 @@ export interface PolicySampling {
 export const DEFAULT_POLICY_SAMPLING: PolicySampling = { temperature: 1, maxTokensPerTurn: 2048 };
 
 export interface PolicyEngineConfig {
-  /** tcp://HOST:PORT or ipc://PATH of `python -m lego_rl.engine`. */
+  /** tcp://HOST:PORT, ipc://PATH or unix:///PATH of `python -m lego_rl.engine`. */
   address: string;
   sampling: PolicySampling;
   /** How long the engine may take to answer its first hello. */
@@ -41,7 +41,7 @@ export class PolicyEngineError extends Error {
 
 /** Whether `--engine` names an engine address rather than a scripted engine. */
 export function isEngineAddress(engine: string): boolean {
-  return /^(tcp|ipc):\/\/./.test(engine);
+  return isControlAddress(engine);
 }
 
 /** The connection to the real engine: a client that applies the sampling policy, and what the engine reported. */

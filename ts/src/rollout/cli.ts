@@ -148,7 +148,7 @@ export const rolloutCommand: LegoCommand = {
       .option("config", { type: "string", describe: "TOML file with the same fields (snake_case); flags override it" })
       .option("tasks", { type: "string", describe: "task source (directory, .jsonl, task list, suite name)" })
       .option("harness", { type: "string", describe: "oracle, empty, a registered harness adapter, or a mix NAME=WEIGHT,… (weights add up to 1; one harness per group)" })
-      .option("engine", { type: "string", describe: "engine behind the harness's proxy session: scripted-gold, scripted-edit, answer-at-once, or a real engine's tcp://HOST:PORT (python -m lego_rl.engine)" })
+      .option("engine", { type: "string", describe: "engine behind the harness's proxy session: scripted-gold, scripted-edit, answer-at-once, or a real engine's tcp://HOST:PORT or unix:///PATH (python -m lego_rl.engine)" })
       .option("model-dir", { type: "string", describe: "with an engine address: the model directory the engine serves (tokenizer, chat template)" })
       .option("temperature", { type: "number", describe: "with an engine address: sampling temperature of every turn (default 1)" })
       .option("max-tokens-per-turn", { type: "number", describe: "with an engine address: completion tokens per turn at most (default 2048)" })

@@ -34,6 +34,7 @@ describe("worker config", () => {
     // A real engine's address needs the model it serves (the proxy's tokenizer); sampling must be a distribution.
     const real = { ...base, harness: "reference", engine: "tcp://127.0.0.1:5556" };
     expect(() => buildWorkerConfig({}, real)).toThrow(/--engine tcp:\/\/127.0.0.1:5556 needs --model-dir/);
+    expect(() => buildWorkerConfig({}, { ...real, engine: "unix:///run/engine.sock" })).toThrow(/--engine unix:\/\/\/run\/engine.sock needs --model-dir/);
     expect(() => buildWorkerConfig({}, { ...real, modelDir: "/m", temperature: 0 })).toThrow(/--temperature must be > 0/);
     expect(() => buildWorkerConfig({}, { ...real, modelDir: "/m", maxTokensPerTurn: 0 })).toThrow(/--max-tokens-per-turn must be a positive integer/);
     expect(() => readWorkerConfigFile(file("t.toml", 'temperature = "hot"\n'))).toThrow(/temperature must be a number/);

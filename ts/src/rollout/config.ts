@@ -5,6 +5,7 @@
  */
 import { readFileSync } from "node:fs";
 import { parse } from "smol-toml";
+import { isControlAddress as isEngineAddress } from "../engine/index.ts";
 import { dockerEndpoint } from "../sandbox/index.ts";
 import { DEFAULT_CPU_OVERSUBSCRIPTION, parseDockerHostSpec } from "./hosts.ts";
 import { harnessMixSpec, parseHarnessMix } from "./harness-mix.ts";
@@ -15,7 +16,7 @@ export interface WorkerConfig {
   tasks: string;
   /** `oracle`, `empty`, a registered harness adapter's name, or a mix `a=0.5,b=0.5` (harness-mix.ts; a TOML table `[harness]` in the file). */
   harness: string;
-  /** Engine behind a harness's proxy session (required for adapters, unused by oracle/empty): a scripted engine's name or a real engine's tcp://HOST:PORT. */
+  /** Engine behind a harness's proxy session (required for adapters, unused by oracle/empty): a scripted engine's name or a real engine's tcp://HOST:PORT or unix:///PATH. */
   engine: string | null;
   /** With an engine address: the model directory it serves (the proxy's tokenizer and chat template). */
   modelDir: string | null;
@@ -195,6 +196,6 @@ export function buildWorkerConfig(file: Partial<WorkerConfig>, flags: Partial<Wo
   if (new Set(cfg.dockerHosts).size !== cfg.dockerHosts.length) throw new WorkerConfigError(`--docker-host given twice: ${cfg.dockerHosts.join(", ")}`);
   if (!(typeof cfg.cpuOversubscription === "number" && cfg.cpuOversubscription > 0)) throw new WorkerConfigError(`--cpu-oversubscription must be > 0, got ${cfg.cpuOversubscription}`);
   if (!Number.isInteger(cfg.lostHostWaitMs) || cfg.lostHostWaitMs < 0) throw new WorkerConfigError(`lost_host_wait_ms must be a non-negative integer, got ${cfg.lostHostWaitMs}`);
-  if (cfg.engine && /^(tcp|ipc):\/\//.test(cfg.engine) && !cfg.modelDir) throw new WorkerConfigError(`--engine ${cfg.engine} needs --model-dir (the model directory the engine serves)`);
+  if (cfg.engine && isEngineAddress(cfg.engine) && !cfg.modelDir) throw new WorkerConfigError(`--engine ${cfg.engine} needs --model-dir (the model directory the engine serves)`);
   return cfg;
 }

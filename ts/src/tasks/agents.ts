@@ -43,7 +43,7 @@ export interface AgentLauncher {
 
 export interface HarnessOptions {
   harness: string;
-  /** A scripted engine's name, or a real engine's address (tcp://HOST:PORT, ipc://PATH). */
+  /** A scripted engine's name, or a real engine's address (tcp://HOST:PORT, ipc://PATH, unix:///PATH). */
   engine: string;
   /** With an engine address: the model directory the engine serves (the proxy's tokenizer and chat template). */
   modelDir?: string | null;

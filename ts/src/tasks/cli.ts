@@ -140,7 +140,7 @@ export const evalCommand: LegoCommand = {
       .option("oracle", { type: "boolean", default: false, describe: "apply each task's gold solution (every healthy task scores 1)" })
       .option("empty", { type: "boolean", default: false, describe: "do nothing (every healthy task scores 0)" })
       .option("harness", { type: "string", describe: "harness adapter (ts/src/harness/)" })
-      .option("engine", { type: "string", describe: "engine behind the harness's proxy session: scripted-gold, scripted-edit, answer-at-once, or a real engine's tcp://HOST:PORT (python -m lego_rl.engine)" })
+      .option("engine", { type: "string", describe: "engine behind the harness's proxy session: scripted-gold, scripted-edit, answer-at-once, or a real engine's tcp://HOST:PORT or unix:///PATH (python -m lego_rl.engine)" })
       .option("model-dir", { type: "string", describe: "with an engine address: the model directory the engine serves (tokenizer, chat template)" })
       .option("temperature", { type: "number", default: 1, describe: "with an engine address: sampling temperature of every turn" })
       .option("max-tokens-per-turn", { type: "number", default: 2048, describe: "with an engine address: completion tokens per turn at most" })
