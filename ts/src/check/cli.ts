@@ -16,7 +16,7 @@ export const checkCommand: LegoCommand = {
       .option("min-free-gib", { type: "number", default: 5 })
       .option("port", { type: "array", number: true, default: [] as number[], describe: "ports that must be free" })
       .option("model-dir", { type: "string", describe: "model directory (config.json, tokenizer.json, tokenizer_config.json): check tokenizer vs vocabulary and template vs tool-call parser" })
-      .option("engine-address", { type: "string", describe: "Python engine (ZeroMQ endpoint): probe that it returns MoE routing for routing replay" })
+      .option("engine-address", { type: "string", describe: "Python engine (its ZeroMQ endpoint or unix:///PATH): probe that it returns MoE routing for routing replay" })
       .option("engine-url", { type: "string", describe: "vLLM origin: probe that it returns routed experts (--enable-return-routed-experts)" })
       .option("engine-model", { type: "string", describe: "model name the vLLM server serves (with --engine-url)" })
       .option("trainer-address", { type: "string", describe: "the trainer's data-plane receiver (its --receive address): probe that it answers a hello" })

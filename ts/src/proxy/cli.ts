@@ -55,7 +55,7 @@ export const proxyCommand: LegoCommand = {
       .option("model-dir", { type: "string", demandOption: true, describe: "directory with tokenizer.json and tokenizer_config.json (chat template)" })
       .option("engine", { choices: ["scripted", "vllm", "sglang", "zmq"] as const, default: "scripted" as const, describe: "engine behind the proxy (zmq: python -m lego_rl.engine)" })
       .option("engine-url", { type: "string", describe: "vLLM / SGLang server origin, e.g. http://127.0.0.1:8000" })
-      .option("engine-address", { type: "string", describe: "zmq engine: the ZeroMQ endpoint it bound, e.g. tcp://127.0.0.1:5556; several, comma-separated, are replicas with session affinity" })
+      .option("engine-address", { type: "string", describe: "zmq engine: the address it bound, e.g. tcp://127.0.0.1:5556 (or unix:///PATH on this host); several, comma-separated, are replicas with session affinity" })
       .option("engine-model", { type: "string", describe: "model name the vLLM server serves (zmq: the name the engine must serve)" })
       .option("script", { type: "string", describe: "scripted engine: JSON file with a list of replies ({text} or {token_ids})" })
       .option("served-model", { type: "string", array: true, default: ["*"], describe: "model names clients may request ('*' = any)" })
