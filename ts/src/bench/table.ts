@@ -31,7 +31,7 @@ export class BenchRecordError extends Error {}
 const HEADLINES: Record<string, string[]> = {
   transport: ["gbps", "p99_ms", "vs_raw_tcp", "vs_json"],
   engine: ["tokens_per_s_c8", "vs_hf_c8", "bytes_vs_hf_c8"],
-  proxy: ["overhead_p50_ms", "overhead_p99_ms", "zmq_overhead_p50_ms", "zmq_overhead_p99_ms", "vs_litellm"],
+  proxy: ["overhead_p50_ms", "overhead_p99_ms", "zmq_overhead_p50_ms", "zmq_overhead_p99_ms", "unix_overhead_p50_ms", "unix_overhead_p99_ms", "anthropic_unix_overhead_p50_ms", "vs_litellm"],
   trainer: ["step_s", "trl_step_s", "vs_trl"],
   sandbox: ["start_p50_ms", "vs_docker_run", "vs_docker_run_with_removal", "leaked"],
   disk_quota: ["added_p50_ms", "leaked"],
