@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,6 +10,7 @@ from typing import Any
 import zmq
 
 from lego_rl.engine.server import EngineServer, EngineServerConfig
+from lego_rl.engine.wire import ClientConnection
 from lego_rl.schema import decode_control, encode_control
 from lego_rl.schema.generated import GenerateResult, TokenChunk
 
@@ -33,15 +33,12 @@ def serving(config: EngineServerConfig) -> Iterator[EngineServer]:
 
 
 class Client:
-    """One connection to an engine server: a DEALER, or for a `unix://` address a Unix socket with length-prefixed frames."""
+    """One connection to an engine server: a DEALER, or for a `unix://` address the wire's own ClientConnection."""
 
     def __init__(self, address: str) -> None:
-        self.unix: socket.socket | None = None
+        self.unix: ClientConnection | None = None
         if address.startswith("unix://"):
-            self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.unix.settimeout(REPLY_TIMEOUT_MS / 1000)
-            self.unix.connect(address[len("unix://"):])
-            self.inbox = bytearray()
+            self.unix = ClientConnection(address)
             return
         self.socket = zmq.Context.instance().socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
@@ -53,26 +50,25 @@ class Client:
     def send_raw(self, *frames: bytes) -> None:
         """One message of `frames` (ZeroMQ); over a Unix socket, each frame as a message of its own."""
         if self.unix is not None:
-            self.unix.sendall(b"".join(len(f).to_bytes(4, "big") + f for f in frames))
+            for frame in frames:
+                self.unix.send(frame)
         else:
             self.socket.send_multipart(list(frames))
 
     def send_bytes(self, data: bytes) -> None:
         """Bytes as they are, no framing (Unix socket only): for a stream that breaks the framing."""
         assert self.unix is not None
-        self.unix.sendall(data)
+        self.unix._unix.sendall(data)  # type: ignore[union-attr]
 
     def recv(self) -> Any:
         if self.unix is None:
             assert self.socket.poll(REPLY_TIMEOUT_MS), "no reply from the engine server"
             return decode_control(self.socket.recv())
-        while len(self.inbox) < 4 or len(self.inbox) < 4 + int.from_bytes(self.inbox[:4], "big"):
-            data = self.unix.recv(1 << 16)  # a missing reply raises socket.timeout
-            assert data, "the engine server closed the connection"
-            self.inbox += data
-        length = int.from_bytes(self.inbox[:4], "big")
-        frame = bytes(self.inbox[4:4 + length])
-        del self.inbox[:4 + length]
+        try:
+            frame = self.unix.recv(REPLY_TIMEOUT_MS)
+        except ConnectionError as error:
+            raise AssertionError("the engine server closed the connection") from error
+        assert frame is not None, "no reply from the engine server"
         return decode_control(frame)
 
     def ask(self, message: Any) -> Any:
