@@ -289,6 +289,8 @@ class ClientConnection:
         self._unix: socket.socket | None = None
         self._inbox = bytearray()
         if address.startswith("unix://"):
+            if not address.startswith("unix:///"):
+                raise ValueError(f"engine address {address!r}: a Unix socket address is unix:///ABSOLUTE/PATH")
             self._unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 self._unix.connect(address[len("unix://"):])

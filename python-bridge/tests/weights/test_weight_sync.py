@@ -417,6 +417,8 @@ def test_an_engine_server_nobody_serves_on_a_unix_socket_is_named(tmp_path: Path
     address = f"unix://{tmp_path}/nobody.sock"
     with pytest.raises(WeightSyncError, match=r"cannot connect to unix://.*nobody.sock.*is the engine server running\?"):
         EngineServerWeightSync(config=EngineServerSyncConfig(address=address, timeout_s=5)).served_version()
+    with pytest.raises(WeightSyncError, match=r"unix:///ABSOLUTE/PATH"):
+        EngineServerWeightSync(config=EngineServerSyncConfig(address="unix://engine.sock", timeout_s=5)).served_version()
 
 
 def test_an_engine_server_that_does_not_answer_times_out(tmp_path: Path, model_dir: Path, model: torch.nn.Module) -> None:

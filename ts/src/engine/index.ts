@@ -1,5 +1,5 @@
 export type { EngineClient, EngineRejection, GenerateChunk, GenerateRequest, SamplingParams } from "./types.ts";
-export { EngineAbortedError, EngineError, isEngineRejection } from "./types.ts";
+export { EngineAbortedError, EngineError, EngineUnavailableError, isEngineRejection } from "./types.ts";
 export { ScriptedEngine, fakeLogprob, type ScriptedCall, type ScriptedEngineConfig, type ScriptedReply } from "./scripted.ts";
 export { VllmEngine, type VllmEngineConfig } from "./vllm.ts";
 export { SglangEngine, type SglangEngineConfig } from "./sglang.ts";

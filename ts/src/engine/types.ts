@@ -105,6 +105,14 @@ export class EngineError extends Error {
   }
 }
 
+/** No engine answered at all (not up yet, or gone): nothing of the call reached one, so a retry later may work. */
+export class EngineUnavailableError extends EngineError {
+  constructor(engine: string, message: string, options?: { cause?: unknown }) {
+    super(engine, message, options);
+    this.name = "EngineUnavailableError";
+  }
+}
+
 /** A refusal the caller can fix (see EngineRejection), recognised by type rather than by message. */
 export function isEngineRejection(e: unknown): e is EngineError & { rejection: EngineRejection } {
   return e instanceof EngineError && e.rejection !== null;

@@ -8,7 +8,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
+import Anthropic from "@anthropic-ai/sdk";
+import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MODEL_NAME, startProxy } from "../proxy/test-support.ts";
 import { REPO_ROOT } from "../repo-root.ts";
 import { EngineError, type GenerateChunk, type GenerateRequest } from "./types.ts";
 import { FrameReader, frameBytes, MAX_HELD_FRAMES, MAX_STREAM_FRAME_BYTES, openWire } from "./wire.ts";
@@ -56,6 +59,26 @@ describe("a Unix-socket wire whose engine is not there", () => {
     }
     await expect(wire.send(Uint8Array.from([1]))).rejects.toThrow(/closed/);
     expect(() => openWire("unix://relative.sock", events)).toThrow(/unix:\/\/\/PATH/);
+  });
+
+  it("a proxy call meets 503 engine unavailable, naming the address, in each API's shape", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "lego-wire-"));
+    const address = `unix://${join(dir, "nobody.sock")}`;
+    const engine = new ZmqEngine({ address, helloTimeoutMs: 300 });
+    const proxy = await startProxy(engine);
+    try {
+      const s = proxy.createSession("s");
+      const openai = new OpenAI({ baseURL: `${s.baseUrl}/v1`, apiKey: s.secret, maxRetries: 0 });
+      const call = openai.chat.completions.create({ model: MODEL_NAME, messages: [{ role: "user", content: "hi" }] });
+      await expect(call).rejects.toMatchObject({ status: 503, error: { type: "server_error" } });
+      await expect(call).rejects.toThrow(/engine unavailable: zmq engine: no engine_info from unix:\/\/.*nobody.sock within 300 ms; is the engine running\?/);
+      const anthropic = new Anthropic({ baseURL: s.baseUrl, apiKey: s.secret, maxRetries: 0 });
+      await expect(anthropic.messages.create({ model: MODEL_NAME, max_tokens: 5, messages: [{ role: "user", content: "hi" }] })).rejects.toMatchObject({ status: 503 });
+    } finally {
+      await proxy.close();
+      await engine.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("an engine client closed before its engine ever answered lets go at once", async () => {

@@ -34,7 +34,7 @@
  *    the connection is back; the next call says hello again.
  */
 import { decodeControl, encodeControl, SCHEMA_VERSION, type ControlMessage, type EngineInfo, type GenerateResult, type RoutingArray as Routing, type TokenChunk } from "../schema/index.ts";
-import { EngineAbortedError, EngineError, type EngineClient, type EngineRejection, type GenerateChunk, type GenerateRequest } from "./types.ts";
+import { EngineAbortedError, EngineError, EngineUnavailableError, type EngineClient, type EngineRejection, type GenerateChunk, type GenerateRequest } from "./types.ts";
 import { openWire, type ControlWire } from "./wire.ts";
 
 /** The client's defaults, in one place (what `ZmqEngineConfig` leaves out). */
@@ -241,7 +241,7 @@ export class ZmqEngine implements EngineClient {
       const timeoutMs = this.config.helloTimeoutMs ?? ZMQ_ENGINE_DEFAULTS.helloTimeoutMs;
       let timer: NodeJS.Timeout | undefined;
       const timeout = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new EngineError(this.name, `no engine_info from ${this.config.address} within ${timeoutMs} ms; is the engine running?`)), timeoutMs);
+        timer = setTimeout(() => reject(new EngineUnavailableError(this.name, `no engine_info from ${this.config.address} within ${timeoutMs} ms; is the engine running?`)), timeoutMs);
         timer.unref();
       });
       this.firstInfo = Promise.race([this.engineInfo(), timeout]).finally(() => clearTimeout(timer));

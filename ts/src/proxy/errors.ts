@@ -130,6 +130,17 @@ export class ProxyEngineError extends ProxyError {
   }
 }
 
+/** No engine answered (not up yet, or gone); the call never started, so the client may retry it. */
+export class ProxyEngineUnavailableError extends ProxyError {
+  readonly status = 503;
+  readonly anthropicType = "api_error";
+  readonly openaiType = "server_error";
+  constructor(cause: Error) {
+    super(`engine unavailable: ${cause.message}`, { cause });
+    this.name = "ProxyEngineUnavailableError";
+  }
+}
+
 /** The client disconnected; nothing is sent back. */
 export class ClientGoneError extends Error {
   constructor(

@@ -11,11 +11,11 @@
 import { randomBytes, timingSafeEqual } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { EngineClient } from "../engine/index.ts";
+import { EngineUnavailableError, type EngineClient } from "../engine/index.ts";
 import { parseMessagesRequest, streamMessage, writeMessage } from "./anthropic-messages.ts";
 import { SessionCapture, type SessionRecords, type TurnListener } from "./capture/session-capture.ts";
 import type { ChatRequest } from "./chat.ts";
-import { AuthenticationError, ClientGoneError, NotFoundError, RequestTooLargeError, asProxyError, errorBody, type ApiFlavor } from "./errors.ts";
+import { AuthenticationError, ClientGoneError, NotFoundError, ProxyEngineUnavailableError, RequestTooLargeError, asProxyError, errorBody, type ApiFlavor } from "./errors.ts";
 import type { ProxyModel } from "./model.ts";
 import { parseChatCompletions, streamChatCompletion, writeChatCompletion } from "./openai-chat.ts";
 import type { GrowingBodyParser } from "./growing-body.ts";
@@ -180,7 +180,12 @@ export class ProxyServer {
     phases.body_ms = t1 - t0;
     const planned = () => (phases.plan_ms = performance.now() - t1);
     const body = parseBody(session.bodies, path, raw);
-    const window = path === "/v1/messages/count_tokens" ? null : await this.contextWindow();
+    const window =
+      path === "/v1/messages/count_tokens"
+        ? null
+        : await this.contextWindow().catch((e: unknown) => {
+            throw e instanceof EngineUnavailableError ? new ProxyEngineUnavailableError(e) : e;
+          });
     // Decoding and parsing a big body is one long synchronous step, and planning (template,
     // tokenizer) another: let other sessions' events run between the two.
     if (raw.size > YIELD_AFTER_BODY_BYTES) await new Promise<void>((resolve) => setImmediate(resolve));

@@ -5,11 +5,11 @@
  * translate these events into their own wire shapes.
  */
 import type { EngineClient, EngineRejection } from "../engine/index.ts";
-import { EngineAbortedError, isEngineRejection } from "../engine/index.ts";
+import { EngineAbortedError, EngineUnavailableError, isEngineRejection } from "../engine/index.ts";
 import type { AssistantReply, ChatMessage, ChatRequest, ReplyStop, ToolCall } from "./chat.ts";
 import type { SessionCapture } from "./capture/session-capture.ts";
 import type { PromptCodec, PromptPlan, ThreadCapture } from "./capture/thread-capture.ts";
-import { ClientGoneError, InvalidRequestError, PromptTooLongError, ProxyEngineError, type ProxyError } from "./errors.ts";
+import { ClientGoneError, InvalidRequestError, PromptTooLongError, ProxyEngineError, ProxyEngineUnavailableError, type ProxyError } from "./errors.ts";
 import type { FinishReason, Routing, Turn } from "./records.ts";
 import { CompletionParser, type ToolCallFormat } from "./tool-calls.ts";
 
@@ -169,6 +169,7 @@ async function* streamTurn(
       throw rejectionError(e.rejection, e.message);
     }
     capture.recordFailed(makeTurn("error"), "error");
+    if (e instanceof EngineUnavailableError) throw new ProxyEngineUnavailableError(e);
     throw new ProxyEngineError(capture.sessionId, turnId, e);
   }
   if (signal.aborted) {
