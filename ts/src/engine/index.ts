@@ -3,6 +3,6 @@ export { EngineAbortedError, EngineError, EngineUnavailableError, isEngineReject
 export { ScriptedEngine, fakeLogprob, type ScriptedCall, type ScriptedEngineConfig, type ScriptedReply } from "./scripted.ts";
 export { VllmEngine, type VllmEngineConfig } from "./vllm.ts";
 export { SglangEngine, type SglangEngineConfig } from "./sglang.ts";
-export { isControlAddress } from "./wire.ts";
+export { FrameReader, frameBytes, isControlAddress } from "./wire.ts";
 export { ZmqEngine, ZMQ_ENGINE_DEFAULTS, EngineRequestError, isEngineRequestError, type ZmqEngineConfig } from "./zmq.ts";
 export { AffinityEngine, AFFINITY_DEFAULTS, NoReplicaError, proxyTurnSession, type AffinityConfig, type RoutedEngine } from "./affinity.ts";

@@ -18,7 +18,7 @@ import { createServer as createNetServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Router } from "zeromq";
-import { FrameReader, frameBytes } from "../../engine/wire.ts";
+import { FrameReader, frameBytes } from "../../engine/index.ts";
 import { decodeControl, encodeControl, SCHEMA_VERSION, type ControlMessage } from "../../schema/index.ts";
 import { loadProxyModel } from "../model.ts";
 import { QWEN3_DIR } from "../test-support.ts";
