@@ -17,6 +17,7 @@ from .types import (
 )
 
 __all__ = [
+    "ClientConnection",
     "Engine",
     "EngineConfig",
     "EngineError",
@@ -34,8 +35,9 @@ __all__ = [
     "raw_logprobs",
 ]
 
-# The ZeroMQ server (server.py, `python -m lego_rl.engine`) is loaded on first use, so that
-# importing the engine in-process does not pull in zmq and the Arrow codecs.
+# The server (server.py, `python -m lego_rl.engine`) and its wires (wire.py, with the client's
+# ClientConnection) are loaded on first use, so that importing the engine in-process does not
+# pull in zmq and the Arrow codecs.
 _SERVER = ("EngineServer", "EngineServerConfig")
 
 
@@ -44,4 +46,8 @@ def __getattr__(name: str) -> Any:
         from . import server
 
         return getattr(server, name)
+    if name == "ClientConnection":
+        from . import wire
+
+        return wire.ClientConnection
     raise AttributeError(f"module 'lego_rl.engine' has no attribute {name!r}")

@@ -44,7 +44,7 @@ from ..model import ExpertLayout, split_experts
 from ..schema import (SCHEMA_VERSION, ControlMessageError, EngineHello, EngineInfo, Error, UpdateWeights, WeightsUpdated,
                       WeightVersion, decode_control, encode_control)
 from ..durable import fsync_dir, fsync_file
-from ..engine.wire import ClientConnection
+from ..engine import ClientConnection
 from .vllm_worker_extension import LOAD_METHOD, MANIFEST, SERVED_METHOD, read_manifest_version
 
 Weights = Union[torch.nn.Module, Mapping[str, torch.Tensor], Path]

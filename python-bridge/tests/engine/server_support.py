@@ -10,7 +10,7 @@ from typing import Any
 import zmq
 
 from lego_rl.engine.server import EngineServer, EngineServerConfig
-from lego_rl.engine.wire import ClientConnection
+from lego_rl.engine import ClientConnection
 from lego_rl.schema import decode_control, encode_control
 from lego_rl.schema.generated import GenerateResult, TokenChunk
 
