@@ -51,16 +51,42 @@ class Wire(Protocol):
     def close(self) -> None: ...
 
 
+def _unix_path(address: str, what: str) -> str | None:
+    """The socket path of a `unix:///PATH` address, None for a ZeroMQ one; a ValueError names `what` and the accepted forms."""
+    if address.startswith("unix://"):
+        path = address[len("unix://"):]
+        if not path.startswith("/"):
+            raise ValueError(f"{what} {address!r}: a Unix socket address is unix:///ABSOLUTE/PATH")
+        return path
+    if address.startswith(("tcp://", "ipc://")):
+        return None
+    raise ValueError(f"{what} {address!r}: expected tcp://HOST:PORT or ipc://PATH (ZeroMQ) or unix:///PATH (a Unix socket)")
+
+
+def _cut_frames(box: bytearray) -> list[bytes]:
+    """Takes every whole length-prefixed frame off the front of `box`; a ValueError for a length no control frame has."""
+    frames = []
+    start = 0
+    while len(box) - start >= 4:
+        length = int.from_bytes(box[start:start + 4], "big")
+        if length > MAX_FRAME_BYTES:
+            raise ValueError(f"a frame length of {length} bytes (over {MAX_FRAME_BYTES}): not a control-frame stream")
+        end = start + 4 + length
+        if len(box) < end:
+            break
+        frames.append(bytes(box[start + 4:end]))
+        start = end
+    if start:
+        del box[:start]
+    return frames
+
+
 def open_wire(bind: str, context: zmq.Context[Any] | None = None) -> Wire:
     """The wire for `bind` (module doc); a ValueError names the accepted forms."""
-    if bind.startswith("unix://"):
-        path = bind[len("unix://"):]
-        if not path.startswith("/"):
-            raise ValueError(f"bind {bind!r}: a Unix socket address is unix:///ABSOLUTE/PATH")
+    path = _unix_path(bind, "bind")
+    if path is not None:
         return UnixStreamWire(path)
-    if bind.startswith(("tcp://", "ipc://")):
-        return ZmqWire(bind, context or zmq.Context.instance())
-    raise ValueError(f"bind {bind!r}: expected tcp://HOST:PORT or ipc://PATH (ZeroMQ) or unix:///PATH (a Unix socket)")
+    return ZmqWire(bind, context or zmq.Context.instance())
 
 
 class ZmqWire:
@@ -177,9 +203,12 @@ class UnixStreamWire:
         conn = self._conns.get(peer)
         if conn is None:
             return  # the client went away; its requests are being aborted (take_gone)
-        conn.outbox.append(memoryview(len(data).to_bytes(4, "big") + data) if len(data) < 65536 else memoryview(len(data).to_bytes(4, "big")))
-        if len(data) >= 65536:
-            conn.outbox.append(memoryview(data))
+        head = len(data).to_bytes(4, "big")
+        # A small frame goes out as one buffer (one read on the other side); a big one is not copied.
+        if len(data) < 65536:
+            conn.outbox.append(memoryview(head + data))
+        else:
+            conn.outbox.extend((memoryview(head), memoryview(data)))
         conn.unsent += 4 + len(data)
         if conn.unsent > MAX_UNSENT_BYTES:
             self._drop(conn)
@@ -235,21 +264,13 @@ class UnixStreamWire:
         if not data:
             self._drop(conn)
             return
-        box = conn.inbox
-        box += data
-        start = 0
-        while len(box) - start >= 4:
-            length = int.from_bytes(box[start:start + 4], "big")
-            if length > MAX_FRAME_BYTES:
-                self._drop(conn)  # not a control-frame stream: nothing after this can be framed
-                return
-            end = start + 4 + length
-            if len(box) < end:
-                break
-            self._ready.append((conn.peer, bytes(box[start + 4:end])))
-            start = end
-        if start:
-            del box[:start]
+        conn.inbox += data
+        try:
+            frames = _cut_frames(conn.inbox)
+        except ValueError:
+            self._drop(conn)  # not a control-frame stream: nothing after this can be framed
+            return
+        self._ready.extend((conn.peer, frame) for frame in frames)
 
     def _flush(self, conn: _Conn) -> None:
         while conn.outbox:
@@ -288,18 +309,16 @@ class ClientConnection:
     def __init__(self, address: str) -> None:
         self._unix: socket.socket | None = None
         self._inbox = bytearray()
-        if address.startswith("unix://"):
-            if not address.startswith("unix:///"):
-                raise ValueError(f"engine address {address!r}: a Unix socket address is unix:///ABSOLUTE/PATH")
+        self._frames: deque[bytes] = deque()
+        path = _unix_path(address, "engine address")
+        if path is not None:
             self._unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                self._unix.connect(address[len("unix://"):])
+                self._unix.connect(path)
             except OSError as error:
                 self._unix.close()
                 raise ConnectionError(f"cannot connect to {address}: {error}; is the engine server running?") from error
             return
-        if not address.startswith(("tcp://", "ipc://")):
-            raise ValueError(f"engine address {address!r}: expected tcp://HOST:PORT or ipc://PATH (ZeroMQ) or unix:///PATH (a Unix socket)")
         self._zmq = zmq.Context.instance().socket(zmq.DEALER)
         self._zmq.setsockopt(zmq.LINGER, 0)
         self._zmq.connect(address)  # ZeroMQ connects in the background; a reply that never comes is the caller's timeout
@@ -315,7 +334,7 @@ class ClientConnection:
         if self._unix is None:
             return self._zmq.recv() if self._zmq.poll(timeout_ms) else None
         deadline = time.monotonic() + timeout_ms / 1000
-        while len(self._inbox) < 4 or len(self._inbox) < 4 + int.from_bytes(self._inbox[:4], "big"):
+        while not self._frames:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
@@ -327,10 +346,11 @@ class ClientConnection:
             if not data:
                 raise ConnectionError("the engine server closed the connection")
             self._inbox += data
-        length = int.from_bytes(self._inbox[:4], "big")
-        frame = bytes(self._inbox[4:4 + length])
-        del self._inbox[:4 + length]
-        return frame
+            try:
+                self._frames.extend(_cut_frames(self._inbox))
+            except ValueError as error:
+                raise ConnectionError(f"the engine server sent {error}") from error
+        return self._frames.popleft()
 
     def close(self) -> None:
         if self._unix is not None:

@@ -37,17 +37,18 @@ export const MAX_STREAM_FRAME_BYTES = 1 << 30;
 /** Frames a disconnected stream wire holds at most (ZeroMQ's default high-water mark is the same). */
 export const MAX_HELD_FRAMES = 1000;
 const UNIX = /^unix:\/\/(\/.+)$/;
+const ZMQ = /^(tcp|ipc):\/\/./;
 
 /** Whether `address` names an engine's control endpoint (ZeroMQ or a Unix socket), not a scripted engine's name. */
 export function isControlAddress(address: string): boolean {
-  return UNIX.test(address) || /^(tcp|ipc):\/\/./.test(address);
+  return UNIX.test(address) || ZMQ.test(address);
 }
 
 /** The wire for `address` (module doc). */
 export function openWire(address: string, events: WireEvents, reconnectMs = 100): ControlWire {
   const unix = UNIX.exec(address);
   if (unix) return new StreamWire(unix[1]!, events, reconnectMs);
-  if (/^(tcp|ipc):\/\//.test(address)) return new ZmqWire(address, events);
+  if (ZMQ.test(address)) return new ZmqWire(address, events);
   throw new RangeError(`engine address ${JSON.stringify(address)}: expected tcp://HOST:PORT or ipc://PATH (ZeroMQ) or unix:///PATH (a Unix socket)`);
 }
 
