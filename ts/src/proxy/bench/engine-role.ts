@@ -30,15 +30,28 @@ export type StreamPacing = "decode" | "end";
 export async function engineRole(decodeMs: number, pacing: StreamPacing): Promise<void> {
   const model = loadProxyModel(QWEN3_DIR);
   const ids = [...model.tokenizer.encode(REPLY_TEXT), model.codec.endOfTurnId];
-  // When the first `tokens` of a reply begun at `start` are sampled: a streamed chunk is sent then
-  // ("decode" pacing), or every chunk once the last token is ("end"); the last always at start + decodeMs * ids.length.
-  const sampled = (start: number, tokens: number) => {
-    const wait = start + decodeMs * (pacing === "decode" ? tokens : ids.length) - performance.now();
-    // Not a timer for a time already past: Node waits at least 1 ms for any.
-    return wait > 0 ? new Promise((r) => setTimeout(r, wait)) : null;
+  // When each chunk of a reply is sampled, a chunk ending at token `end` after `decodeMs * end` ("decode"
+  // pacing) or every chunk with the last token ("end"): one timer per chunk, all armed as the request
+  // arrives, so each path's last token leaves by the same kind of timer. Timers chained one after another
+  // (each armed when the one before fired) add every step's lateness to the next, as Node's timers run
+  // on a whole-millisecond loop clock: a streamed reply's last token then left ~0.5 ms later than a JSON
+  // reply's single timer let it (p50 of the engine's own hold, 2026-12-07), a bias against the streamed paths.
+  const chunkEnds = Array.from({ length: Math.ceil(ids.length / 4) }, (_, k) => Math.min(4 * (k + 1), ids.length));
+  // No timer when nothing is waited (back_to_back): Node waits at least 1 ms for any.
+  const sampled = (tokens: number) => (decodeMs > 0 ? new Promise((r) => setTimeout(r, decodeMs * tokens)) : null);
+  // Per reply, how late its last token left: from arming its timers to the last one's continuation,
+  // minus decodeMs per token. GET /lateness returns (and clears) them, so the driver can show every
+  // path's replies were timed alike.
+  let lateness: number[] = [];
+  /** The timers of one reply, armed now: each chunk's ("chunks", streamed) or only the last token's ("last", a JSON reply); `out()` when the last token leaves. */
+  const schedule = (shape: "chunks" | "last") => {
+    const armed = performance.now();
+    let due: Array<Promise<unknown> | null>;
+    if (shape === "last") due = [sampled(ids.length)];
+    else if (pacing === "decode") due = chunkEnds.map(sampled);
+    else due = chunkEnds.map(((last) => () => last)(sampled(ids.length)));
+    return { due, out: () => void lateness.push(performance.now() - armed - decodeMs * ids.length) };
   };
-  // A JSON reply (direct, nginx, LiteLLM) leaves when the last token is sampled, by the same clock as a streamed one.
-  const decode = () => sampled(performance.now(), ids.length);
   let n = 0;
   const held: Record<string, number> = {};
   const readBody = (req: IncomingMessage) =>
@@ -52,14 +65,20 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing): Promis
       const text = JSON.stringify(held);
       return void res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(text) }).end(text);
     }
+    if (req.method !== "POST" && req.url === "/lateness") {
+      const text = JSON.stringify(lateness);
+      lateness = [];
+      return void res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(text) }).end(text);
+    }
     if (req.method !== "POST") return void res.writeHead(200, { "content-length": 0 }).end();
     const body = await readBody(req);
     if (req.url === "/v1/completions") {
-      const start = performance.now();
+      const reply = schedule("chunks");
       // Headers first, as vLLM's stream opens before the first token.
       res.writeHead(200, { "content-type": "text/event-stream" });
       for (let i = 0; i < ids.length; i += 4) {
-        await sampled(start, Math.min(i + 4, ids.length));
+        await reply.due[i / 4];
+        if (i + 4 >= ids.length) reply.out();
         const part = ids.slice(i, i + 4);
         const choice = { index: 0, text: "", logprobs: { tokens: part.map((t) => `token_id:${t}`), token_logprobs: part.map(() => -0.5) }, finish_reason: i + 4 >= ids.length ? "stop" : null };
         res.write(`data: ${JSON.stringify({ id: "c", choices: [choice] })}\n\n`);
@@ -70,7 +89,10 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing): Promis
       if (id) held[id] = performance.now() - t0;
       return;
     }
-    await decode();
+    // A JSON reply (direct, nginx, LiteLLM) leaves when the last token is sampled, by the same kind of timer as a streamed one's last chunk.
+    const reply = schedule("last");
+    await reply.due[0];
+    reply.out();
     if (req.url === "/v1/messages") {
       const text = JSON.stringify({
         id: `msg_${n}`,
@@ -96,7 +118,7 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing): Promis
   });
   server.keepAliveTimeout = 60_000;
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const { zmq, unix } = await controlEngine(ids, model.tokenizer.size, sampled, held);
+  const { zmq, unix } = await controlEngine(ids, model.tokenizer.size, schedule, held);
   console.log(JSON.stringify({ port: (server.address() as AddressInfo).port, zmq, unix }));
 }
 
@@ -107,14 +129,15 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing): Promis
  * streams them), then the GenerateResult. Returns both endpoints (ZeroMQ on tcp
  * loopback, as the HTTP side, so both hops cross the same kind of socket).
  */
-async function controlEngine(ids: number[], vocabSize: number, sampled: (start: number, tokens: number) => Promise<unknown> | null, held: Record<string, number>): Promise<{ zmq: string; unix: string }> {
+async function controlEngine(ids: number[], vocabSize: number, schedule: (shape: "chunks") => { due: Array<Promise<unknown> | null>; out: () => void }, held: Record<string, number>): Promise<{ zmq: string; unix: string }> {
   const reply = Int32Array.from(ids);
   const logprobs = new Float32Array(ids.length).fill(-0.5);
   type Send = (m: ControlMessage) => Promise<void>;
   const serve = async (send: Send, m: ControlMessage & { kind: "generate" }, t0: number) => {
-    const start = performance.now();
+    const timed = schedule("chunks");
     for (let i = 0; i < reply.length; i += 4) {
-      await sampled(start, Math.min(i + 4, reply.length));
+      await timed.due[i / 4];
+      if (i + 4 >= reply.length) timed.out();
       void send({ kind: "token_chunk", request_id: m.request_id, token_ids: reply.subarray(i, i + 4), logprobs: logprobs.subarray(i, i + 4), policy_version: 0 });
     }
     await send({

@@ -48,7 +48,10 @@
  *               the request (own work plus its engine-client hop); for nginx,
  *               $request_time - $upstream_response_time (1 ms resolution);
  *   cpu         proxy process CPU (user + system) and GC pause time per request;
- *   phases      of the proxy's hop: reading the body, and parsing and planning it.
+ *   phases      of the proxy's hop: reading the body, and parsing and planning it;
+ *   engine late per path, direct included: how long after its due time (arrival + decode
+ *               time) the engine's timer let each reply's last token leave; the paired
+ *               figures hold only while this is the same on every path.
  * noise_floor_p50_ms / noise_floor_p99_ms are direct_again's paired figures: what the
  * instrument reads for a path that adds nothing (engine timers, the driver's event loop
  * and the two cores' scheduling differ between any two runs of the same request).
@@ -94,6 +97,13 @@ interface WorkloadResult {
   in_hop_p50_ms: Record<string, number | null>;
   in_hop_p99_ms: Record<string, number | null>;
   direct_p50_ms: number | null;
+  /**
+   * Per path including direct: how late the engine's timer let each reply's last token leave (from the
+   * request's arrival, beyond decodeMs per token). Equal across paths when every path gets the same engine
+   * reply time, as the paired figures assume.
+   */
+  engine_late_p50_ms: Record<string, number | null>;
+  engine_late_p99_ms: Record<string, number | null>;
   /** Per proxy path (PROXY_PATHS). */
   proxy_cpu_ms_per_request: Record<string, number | null>;
   proxy_cpu_system_ms_per_request: Record<string, number | null>;
@@ -115,6 +125,7 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
   const e2e: Record<string, Map<string, number>> = {};
   const hop: Record<string, number[]> = {};
   const proxyStats: Record<string, ProxyStats> = {};
+  let engineLate: Record<string, number[]> = {};
   const fixed = (url: string, headers: Record<string, string> = {}) => ({ url: () => url, headers: () => headers });
   const targets: Target[] = [];
   let nginx: Awaited<ReturnType<typeof startNginx>> = null;
@@ -148,13 +159,17 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
       const { sessions } = JSON.parse(await p.firstLine) as { sessions: Array<{ url: string; secret: string }> };
       targets.push({ name, url: (s) => sessions[s]!.url, headers: (s): Record<string, string> => (api === "openai" ? { authorization: `Bearer ${sessions[s]!.secret}` } : { "x-api-key": sessions[s]!.secret }) });
     }
+    const late: Record<string, number[]> = {};
+    const lateness = async () => (await (await fetch(`http://127.0.0.1:${enginePort}/lateness`)).json()) as number[];
     // Sessions 0..SESSIONS-1 warm every path up; round r uses sessions r*SESSIONS.. (new texts, and new proxy sessions).
     for (const t of targets) await drive(t, 0, toolMs, api);
+    await lateness();
     for (let round = 1; round <= ROUNDS; round++)
       for (const t of targets) {
         await proxies[t.name]?.proc.ask("measure");
         const lat = await drive(t, round * SESSIONS, toolMs, api);
         await proxies[t.name]?.proc.ask("pause");
+        (late[t.name] ??= []).push(...(await lateness()));
         const all = (e2e[t.name] ??= new Map());
         for (const [k, v] of lat) all.set(k, v);
         const xs = [...lat.values()];
@@ -164,6 +179,8 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
       const xs = [...e2e[t.name]!.values()];
       console.log(`${t.name.padEnd(12)} all rounds end-to-end n=${xs.length} p50=${pct(xs, 50).toFixed(2)}ms p99=${pct(xs, 99).toFixed(2)}ms`);
     }
+    for (const [name, xs] of Object.entries(late)) console.log(`${name.padEnd(12)} engine's last token late by p50=${pct(xs, 50).toFixed(3)}ms p99=${pct(xs, 99).toFixed(3)}ms`);
+    engineLate = late;
     if (nginx) hop["passthrough"] = nginxAdded(nginx.log, SESSIONS * turnsPerSession());
     for (const [name, { proc, stats: statsOut }] of Object.entries(proxies)) {
       const exited = new Promise((r) => proc.proc.once("exit", r));
@@ -196,6 +213,8 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
     in_hop_p50_ms: Object.fromEntries(hops.map((n) => [n, round(q(hop[n], 50))])),
     in_hop_p99_ms: Object.fromEntries(hops.map((n) => [n, round(q(hop[n], 99))])),
     direct_p50_ms: round(q(e2e["direct"] && [...e2e["direct"].values()], 50)),
+    engine_late_p50_ms: Object.fromEntries(["direct", ...paths].map((n) => [n, round(q(engineLate[n], 50))])),
+    engine_late_p99_ms: Object.fromEntries(["direct", ...paths].map((n) => [n, round(q(engineLate[n], 99))])),
     proxy_cpu_ms_per_request: ps((st) => st.cpu_ms_per_request),
     proxy_cpu_system_ms_per_request: ps((st) => st.cpu_system_ms_per_request),
     proxy_gc_ms_per_request: ps((st) => st.gc_ms_per_request),
