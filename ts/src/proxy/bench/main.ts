@@ -65,7 +65,7 @@
  * Run: pnpm exec tsx src/proxy/bench/main.ts [--sessions 64] [--target-tokens 30000] [--rounds 3]
  *        [--decode-ms-per-token 20] [--tool-ms 100] [--stream-pacing decode|end] [--workloads paced,back_to_back] [--apis openai,anthropic]
  *        [--only direct,direct_again,passthrough,litellm,proxy,proxy_zmq,proxy_unix]
- * The proxy process runs with the V8 flags `lego` uses (node-flags.ts).
+ * The proxy process runs with the V8 flags `lego` uses (node-flags.ts); so do the driver and the engine, so the instrument's own collections stay rare.
  * Profiling the proxy process: --cpu-prof-dir DIR (node's --cpu-prof), --proxy-node-flags "--trace-gc".
  * Last stdout line: {"bench":"proxy","measure":...,"overhead_p50_ms",...,"anthropic_overhead_p50_ms",...}.
  */
@@ -119,7 +119,10 @@ const round = (x: number | null) => (x === null ? null : Number(x.toFixed(3)));
 async function workload(label: string, decodeMs: number, toolMs: number, api: Api, want: (name: string) => boolean): Promise<WorkloadResult> {
   const tsx = ["--import", "tsx", SELF];
   console.log(`--- ${label}: ${api} API, engine ${decodeMs} ms per sampled token, tool time ${toolMs} ms on average`);
-  const engine = child(process.execPath, [...tsx, "--role", "engine", "--sessions", String(SESSIONS), "--decode-ms-per-token", String(decodeMs), "--stream-pacing", STREAM_PACING]);
+  // The engine is part of the instrument: with Node's default heap it ran a full collection every
+  // couple of seconds (the external memory of the bodies it reads), pauses every path's requests
+  // alike. With the flags the proxy and the driver run with, 38 -> 6 per run (--trace-gc, 2026-12-07).
+  const engine = child(process.execPath, [...PROXY_NODE_FLAGS, ...tsx, "--role", "engine", "--sessions", String(SESSIONS), "--decode-ms-per-token", String(decodeMs), "--stream-pacing", STREAM_PACING]);
   const { port: enginePort, zmq: engineZmq, unix: engineUnix } = JSON.parse(await engine.firstLine) as { port: number; zmq: string; unix: string };
   const procs: ChildProcess[] = [engine.proc];
   const e2e: Record<string, Map<string, number>> = {};
