@@ -33,18 +33,26 @@ function requestIdOf(body: Buffer): string | undefined {
   return to < 0 ? undefined : body.toString("utf8", from, to);
 }
 
+/** A reply's timers, armed when it was made, and `out()`, called as its last token leaves (to record how late). */
+interface ReplyTimers {
+  due: Array<Promise<unknown> | null>;
+  out: () => void;
+}
+
 /** When a streamed reply's chunks leave the engine: as their tokens are sampled, or all once the last one is. */
 export type StreamPacing = "decode" | "end";
 
 export async function engineRole(decodeMs: number, pacing: StreamPacing): Promise<void> {
   const model = loadProxyModel(QWEN3_DIR);
   const ids = [...model.tokenizer.encode(REPLY_TEXT), model.codec.endOfTurnId];
-  // When each chunk of a reply is sampled, a chunk ending at token `end` after `decodeMs * end` ("decode"
-  // pacing) or every chunk with the last token ("end"): one timer per chunk, all armed as the request
-  // arrives, so each path's last token leaves by the same kind of timer. Timers chained one after another
-  // (each armed when the one before fired) add every step's lateness to the next, as Node's timers run
-  // on a whole-millisecond loop clock: a streamed reply's last token then left ~0.5 ms later than a JSON
-  // reply's single timer let it (p50 of the engine's own hold, 2026-12-07), a bias against the streamed paths.
+  // One timer per chunk, all armed once the request is read (its body, or its frame decoded), each for
+  // its chunk's decode time: a chunk ending at token `end` after `decodeMs * end` ("decode" pacing), or
+  // every chunk with the last token ("end"). So the last token leaves by setTimeout(decodeMs * tokens),
+  // armed at the same point, on every path. Until 2026-12-07 a streamed chunk's timer was armed when the
+  // one before fired, for the time left, and a JSON reply's for its time less the microseconds since it
+  // began: fractional delays, which Node truncates and checks against a whole-millisecond loop clock, so
+  // they fired early, by different amounts on the two shapes (p50 ~0.85 ms for a JSON reply, ~0.36 ms for
+  // a streamed one): a ~0.5 ms bias against the proxy's streamed paths in every paired figure.
   const chunkEnds = Array.from({ length: Math.ceil(ids.length / 4) }, (_, k) => Math.min(4 * (k + 1), ids.length));
   // No timer when nothing is waited (back_to_back): Node waits at least 1 ms for any.
   const sampled = (tokens: number) => (decodeMs > 0 ? new Promise((r) => setTimeout(r, decodeMs * tokens)) : null);
@@ -52,21 +60,21 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing): Promis
   // minus decodeMs per token. GET /lateness returns (and clears) them, so the driver can show every
   // path's replies were timed alike.
   let lateness: number[] = [];
-  /** The timers of one reply, armed now: each chunk's ("chunks", streamed) or only the last token's ("last", a JSON reply); `out()` when the last token leaves. */
-  const schedule = (shape: "chunks" | "last") => {
+  const timers = (arm: () => Array<Promise<unknown> | null>): ReplyTimers => {
     const armed = performance.now();
-    let due: Array<Promise<unknown> | null>;
-    if (shape === "last") due = [sampled(ids.length)];
-    else if (pacing === "decode") due = chunkEnds.map(sampled);
-    else due = chunkEnds.map(((last) => () => last)(sampled(ids.length)));
-    return { due, out: () => void lateness.push(performance.now() - armed - decodeMs * ids.length) };
+    return { due: arm(), out: () => void lateness.push(performance.now() - armed - decodeMs * ids.length) };
   };
+  const streamTimers = () =>
+    timers(() => {
+      if (pacing === "decode") return chunkEnds.map(sampled);
+      const last = sampled(ids.length);
+      return chunkEnds.map(() => last);
+    });
+  const replyTimer = () => timers(() => [sampled(ids.length)]);
   let n = 0;
   const held: Record<string, number> = {};
-  // The body is read to its end on every path, and kept only where a field of it is needed (the proxy's
-  // request id): the chat paths' bodies are 10^5-10^6 bytes, and turning each into a string put it in V8's
-  // large-object space, so this process ran a full collection every second or so (pauses of up to 19 ms in
-  // the instrument itself, on every path alike).
+  // The body is read to its end on every path and kept only where a field of it is read (the proxy's
+  // request id): the chat paths' bodies are 10^5-10^6 bytes that nothing here looks at.
   const readBody = (req: IncomingMessage, keep: boolean) =>
     new Promise<Buffer[]>((resolve) => {
       const parts: Buffer[] = [];
@@ -86,7 +94,9 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing): Promis
     if (req.method !== "POST") return void res.writeHead(200, { "content-length": 0 }).end();
     const body = await readBody(req, req.url === "/v1/completions");
     if (req.url === "/v1/completions") {
-      const reply = schedule("chunks");
+      const reply = streamTimers();
+      // The proxy's requests are 10^4-10^5 ids; only the id is read, while the reply's tokens are sampled, and the body dropped.
+      const id = requestIdOf(Buffer.concat(body.splice(0)));
       // Headers first, as vLLM's stream opens before the first token.
       res.writeHead(200, { "content-type": "text/event-stream" });
       for (let i = 0; i < ids.length; i += 4) {
@@ -97,13 +107,11 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing): Promis
         res.write(`data: ${JSON.stringify({ id: "c", choices: [choice] })}\n\n`);
       }
       res.end("data: [DONE]\n\n");
-      // The proxy's requests are 10^4-10^5 ids; only the id is read, and after the reply so the proxy never waits on it.
-      const id = requestIdOf(Buffer.concat(body));
       if (id) held[id] = performance.now() - t0;
       return;
     }
     // A JSON reply (direct, nginx, LiteLLM) leaves when the last token is sampled, by the same kind of timer as a streamed one's last chunk.
-    const reply = schedule("last");
+    const reply = replyTimer();
     await reply.due[0];
     reply.out();
     if (req.url === "/v1/messages") {
@@ -131,7 +139,7 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing): Promis
   });
   server.keepAliveTimeout = 60_000;
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const { zmq, unix } = await controlEngine(ids, model.tokenizer.size, schedule, held);
+  const { zmq, unix } = await controlEngine(ids, model.tokenizer.size, streamTimers, held);
   console.log(JSON.stringify({ port: (server.address() as AddressInfo).port, zmq, unix }));
 }
 
@@ -142,12 +150,12 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing): Promis
  * streams them), then the GenerateResult. Returns both endpoints (ZeroMQ on tcp
  * loopback, as the HTTP side, so both hops cross the same kind of socket).
  */
-async function controlEngine(ids: number[], vocabSize: number, schedule: (shape: "chunks") => { due: Array<Promise<unknown> | null>; out: () => void }, held: Record<string, number>): Promise<{ zmq: string; unix: string }> {
+async function controlEngine(ids: number[], vocabSize: number, streamTimers: () => ReplyTimers, held: Record<string, number>): Promise<{ zmq: string; unix: string }> {
   const reply = Int32Array.from(ids);
   const logprobs = new Float32Array(ids.length).fill(-0.5);
   type Send = (m: ControlMessage) => Promise<void>;
   const serve = async (send: Send, m: ControlMessage & { kind: "generate" }, t0: number) => {
-    const timed = schedule("chunks");
+    const timed = streamTimers();
     for (let i = 0; i < reply.length; i += 4) {
       await timed.due[i / 4];
       if (i + 4 >= reply.length) timed.out();

@@ -49,8 +49,8 @@
  *               $request_time - $upstream_response_time (1 ms resolution);
  *   cpu         proxy process CPU (user + system) and GC pause time per request;
  *   phases      of the proxy's hop: reading the body, and parsing and planning it;
- *   engine late per path, direct included: how long after its due time (arrival + decode
- *               time) the engine's timer let each reply's last token leave; the paired
+ *   engine late per path, direct included: how long after its due time (request read +
+ *               decode time) the engine's timer let each reply's last token leave; the paired
  *               figures hold only while this is the same on every path.
  * noise_floor_p50_ms / noise_floor_p99_ms are direct_again's paired figures: what the
  * instrument reads for a path that adds nothing (engine timers, the driver's event loop
@@ -128,7 +128,8 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
   const e2e: Record<string, Map<string, number>> = {};
   const hop: Record<string, number[]> = {};
   const proxyStats: Record<string, ProxyStats> = {};
-  let engineLate: Record<string, number[]> = {};
+  // Per path, how late the engine let each measured reply's last token leave (its GET /lateness).
+  const late: Record<string, number[]> = {};
   const fixed = (url: string, headers: Record<string, string> = {}) => ({ url: () => url, headers: () => headers });
   const targets: Target[] = [];
   let nginx: Awaited<ReturnType<typeof startNginx>> = null;
@@ -162,7 +163,6 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
       const { sessions } = JSON.parse(await p.firstLine) as { sessions: Array<{ url: string; secret: string }> };
       targets.push({ name, url: (s) => sessions[s]!.url, headers: (s): Record<string, string> => (api === "openai" ? { authorization: `Bearer ${sessions[s]!.secret}` } : { "x-api-key": sessions[s]!.secret }) });
     }
-    const late: Record<string, number[]> = {};
     const lateness = async () => (await (await fetch(`http://127.0.0.1:${enginePort}/lateness`)).json()) as number[];
     // Sessions 0..SESSIONS-1 warm every path up; round r uses sessions r*SESSIONS.. (new texts, and new proxy sessions).
     for (const t of targets) await drive(t, 0, toolMs, api);
@@ -183,7 +183,6 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
       console.log(`${t.name.padEnd(12)} all rounds end-to-end n=${xs.length} p50=${pct(xs, 50).toFixed(2)}ms p99=${pct(xs, 99).toFixed(2)}ms`);
     }
     for (const [name, xs] of Object.entries(late)) console.log(`${name.padEnd(12)} engine's last token late by p50=${pct(xs, 50).toFixed(3)}ms p99=${pct(xs, 99).toFixed(3)}ms`);
-    engineLate = late;
     if (nginx) hop["passthrough"] = nginxAdded(nginx.log, SESSIONS * turnsPerSession());
     for (const [name, { proc, stats: statsOut }] of Object.entries(proxies)) {
       const exited = new Promise((r) => proc.proc.once("exit", r));
@@ -216,8 +215,8 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
     in_hop_p50_ms: Object.fromEntries(hops.map((n) => [n, round(q(hop[n], 50))])),
     in_hop_p99_ms: Object.fromEntries(hops.map((n) => [n, round(q(hop[n], 99))])),
     direct_p50_ms: round(q(e2e["direct"] && [...e2e["direct"].values()], 50)),
-    engine_late_p50_ms: Object.fromEntries(["direct", ...paths].map((n) => [n, round(q(engineLate[n], 50))])),
-    engine_late_p99_ms: Object.fromEntries(["direct", ...paths].map((n) => [n, round(q(engineLate[n], 99))])),
+    engine_late_p50_ms: Object.fromEntries(["direct", ...paths].map((n) => [n, round(q(late[n], 50))])),
+    engine_late_p99_ms: Object.fromEntries(["direct", ...paths].map((n) => [n, round(q(late[n], 99))])),
     proxy_cpu_ms_per_request: ps((st) => st.cpu_ms_per_request),
     proxy_cpu_system_ms_per_request: ps((st) => st.cpu_system_ms_per_request),
     proxy_gc_ms_per_request: ps((st) => st.gc_ms_per_request),
