@@ -13,10 +13,7 @@
  * its wait on the engine minus the engine's time.
  */
 import { createServer, type IncomingMessage } from "node:http";
-import { mkdtempSync } from "node:fs";
 import { createServer as createNetServer, type AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { Router } from "zeromq";
 import { FrameReader, frameBytes } from "../../engine/index.ts";
 import { decodeControl, encodeControl, SCHEMA_VERSION, type ControlMessage } from "../../schema/index.ts";
@@ -42,7 +39,8 @@ interface ReplyTimers {
 /** When a streamed reply's chunks leave the engine: as their tokens are sampled, or all once the last one is. */
 export type StreamPacing = "decode" | "end";
 
-export async function engineRole(decodeMs: number, pacing: StreamPacing): Promise<void> {
+/** `socketPath`: where the engine serves its control protocol over a Unix socket. */
+export async function engineRole(decodeMs: number, pacing: StreamPacing, socketPath: string): Promise<void> {
   const model = loadProxyModel(QWEN3_DIR);
   const ids = [...model.tokenizer.encode(REPLY_TEXT), model.codec.endOfTurnId];
   // One timer per chunk, all armed once the request is read (its body, or its frame decoded), each for
@@ -139,7 +137,7 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing): Promis
   });
   server.keepAliveTimeout = 60_000;
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const { zmq, unix } = await controlEngine(ids, model.tokenizer.size, streamTimers, held);
+  const { zmq, unix } = await controlEngine(ids, model.tokenizer.size, streamTimers, held, socketPath);
   console.log(JSON.stringify({ port: (server.address() as AddressInfo).port, zmq, unix }));
 }
 
@@ -150,7 +148,7 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing): Promis
  * streams them), then the GenerateResult. Returns both endpoints (ZeroMQ on tcp
  * loopback, as the HTTP side, so both hops cross the same kind of socket).
  */
-async function controlEngine(ids: number[], vocabSize: number, streamTimers: () => ReplyTimers, held: Record<string, number>): Promise<{ zmq: string; unix: string }> {
+async function controlEngine(ids: number[], vocabSize: number, streamTimers: () => ReplyTimers, held: Record<string, number>, path: string): Promise<{ zmq: string; unix: string }> {
   const reply = Int32Array.from(ids);
   const logprobs = new Float32Array(ids.length).fill(-0.5);
   type Send = (m: ControlMessage) => Promise<void>;
@@ -186,7 +184,6 @@ async function controlEngine(ids: number[], vocabSize: number, streamTimers: () 
     for await (const [peer, frame] of router) onFrame((m) => (tail = tail.then(() => router.send([peer!, encodeControl(m)]))), frame!);
   })();
 
-  const path = join(mkdtempSync(join(tmpdir(), "bench-engine-")), "engine.sock");
   const unix = createNetServer((socket) => {
     const send: Send = (m) => {
       socket.write(Buffer.concat(frameBytes(encodeControl(m))));

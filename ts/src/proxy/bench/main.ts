@@ -70,7 +70,7 @@
  * Last stdout line: {"bench":"proxy","measure":...,"overhead_p50_ms",...,"anthropic_overhead_p50_ms",...}.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -122,7 +122,10 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
   // The engine is part of the instrument: with Node's default heap it ran a full collection every
   // couple of seconds (the external memory of the bodies it reads), pauses every path's requests
   // alike. With the flags the proxy and the driver run with, 38 -> 6 per run (--trace-gc, 2026-12-07).
-  const engine = child(process.execPath, [...PROXY_NODE_FLAGS, ...tsx, "--role", "engine", "--sessions", String(SESSIONS), "--decode-ms-per-token", String(decodeMs), "--stream-pacing", STREAM_PACING]);
+  // Every file of this workload (the engine's socket, nginx's and LiteLLM's configs and logs, the proxies'
+  // stats) goes in one directory, removed when the workload is done.
+  const scratch = mkdtempSync(join(tmpdir(), "bench-proxy-"));
+  const engine = child(process.execPath, [...PROXY_NODE_FLAGS, ...tsx, "--role", "engine", "--socket-path", join(scratch, "engine.sock"), "--sessions", String(SESSIONS), "--decode-ms-per-token", String(decodeMs), "--stream-pacing", STREAM_PACING]);
   const { port: enginePort, zmq: engineZmq, unix: engineUnix } = JSON.parse(await engine.firstLine) as { port: number; zmq: string; unix: string };
   const procs: ChildProcess[] = [engine.proc];
   const e2e: Record<string, Map<string, number>> = {};
@@ -138,13 +141,13 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
     if (want("direct")) targets.push({ name: "direct", ...fixed(`http://127.0.0.1:${enginePort}`) });
     // Runs right after direct in every round: a path that adds nothing, paired with the reference.
     if (want("direct_again")) targets.push({ name: "direct_again", ...fixed(`http://127.0.0.1:${enginePort}`) });
-    nginx = want("passthrough") ? await startNginx(enginePort) : null;
+    nginx = want("passthrough") ? await startNginx(enginePort, mkdtempSync(join(scratch, "nginx-"))) : null;
     if (nginx) {
       procs.push(nginx.proc);
       targets.push({ name: "passthrough", ...fixed(nginx.url) });
     } else if (want("passthrough")) console.log("passthrough: nginx not found (apt-get install nginx-light)");
     // LiteLLM would turn Messages into a Chat Completions call to the engine: not the same hop, so it runs the OpenAI workload only.
-    const litellm = want("litellm") && api === "openai" ? await startLitellm(enginePort, strArg("litellm-bin", "")) : null;
+    const litellm = want("litellm") && api === "openai" ? await startLitellm(enginePort, mkdtempSync(join(scratch, "litellm-")), strArg("litellm-bin", "")) : null;
     if (litellm) {
       procs.push(litellm.proc);
       targets.push({ name: "litellm", ...fixed(litellm.url, { authorization: "Bearer sk-bench" }) });
@@ -152,7 +155,7 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
     // One proxy process per engine client (PROXY_PATHS), each against the same engine process.
     for (const [name, client] of Object.entries(PROXY_PATHS)) {
       if (!want(name)) continue;
-      const statsOut = join(mkdtempSync(join(tmpdir(), "bench-proxy-")), "added.json");
+      const statsOut = join(scratch, `${name}-stats.json`);
       const profDir = strArg("cpu-prof-dir", "");
       const prof = profDir ? ["--cpu-prof", `--cpu-prof-dir=${profDir}`] : [];
       // The flags `lego` runs the proxy with, then extra ones for this process only, e.g. --proxy-node-flags "--trace-gc".
@@ -196,6 +199,7 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
     }
   } finally {
     for (const p of procs) p.kill();
+    rmSync(scratch, { recursive: true, force: true });
   }
   for (const [name, xs] of Object.entries(hop)) console.log(`${name.padEnd(12)} inside the hop p50=${pct(xs, 50).toFixed(2)}ms p99=${pct(xs, 99).toFixed(2)}ms`);
   for (const [name, st] of Object.entries(proxyStats))
@@ -286,7 +290,7 @@ async function driver(): Promise<void> {
 }
 
 const role = process.argv[process.argv.indexOf("--role") + 1];
-if (process.argv.includes("--role") && role === "engine") await engineRole(arg("decode-ms-per-token", 0), STREAM_PACING);
+if (process.argv.includes("--role") && role === "engine") await engineRole(arg("decode-ms-per-token", 0), STREAM_PACING, strArg("socket-path", ""));
 else if (process.argv.includes("--role") && role === "proxy") await proxyRole(arg("engine-port", 0), strArg("stats-out", ""), strArg("engine-client", "http") as EngineClientKind, strArg("engine-control", ""));
 else if (process.argv.includes("--role") && role === "driver") await driver();
 else {

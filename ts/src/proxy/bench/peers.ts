@@ -1,9 +1,9 @@
 /** Child processes of the proxy benchmark: its own roles, and the peers it measures against (nginx, LiteLLM). */
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { availableParallelism, tmpdir } from "node:os";
+import { availableParallelism } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 
@@ -57,9 +57,9 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-export async function startNginx(enginePort: number): Promise<{ proc: ChildProcess; url: string; log: string } | null> {
+/** nginx in front of the engine, its config, pid and logs in `dir`. */
+export async function startNginx(enginePort: number, dir: string): Promise<{ proc: ChildProcess; url: string; log: string } | null> {
   if (spawnSync("nginx", ["-v"]).status !== 0) return null;
-  const dir = mkdtempSync(join(tmpdir(), "bench-nginx-"));
   const port = await freePort();
   writeFileSync(
     join(dir, "nginx.conf"),
@@ -94,12 +94,11 @@ export function nginxAdded(log: string, skip: number): number[] {
     });
 }
 
-/** `bin`: the litellm binary (`pnpm bench:proxy` passes the one scripts/bench-peers installs); "" looks on PATH. */
-export async function startLitellm(enginePort: number, bin = ""): Promise<{ proc: ChildProcess; url: string } | null> {
+/** `bin`: the litellm binary (`pnpm bench:proxy` passes the one scripts/bench-peers installs); "" looks on PATH. Its config goes in `dir`. */
+export async function startLitellm(enginePort: number, dir: string, bin = ""): Promise<{ proc: ChildProcess; url: string } | null> {
   bin ||= "litellm";
   const env = { ...process.env, LITELLM_LOCAL_MODEL_COST_MAP: "True", LITELLM_LOG: "ERROR", LITELLM_MASTER_KEY: "sk-bench" };
   if (spawnSync(bin, ["--version"], { timeout: 60_000, env }).status !== 0) return null;
-  const dir = mkdtempSync(join(tmpdir(), "bench-litellm-"));
   const port = await freePort();
   writeFileSync(join(dir, "config.yaml"), `model_list:\n  - model_name: bench\n    litellm_params:\n      model: openai/bench\n      api_base: http://127.0.0.1:${enginePort}/v1\n      api_key: none\n`);
   // As many workers as cores, as LiteLLM is deployed: one worker would make it a CPU-starved peer.
