@@ -99,7 +99,7 @@ interface WorkloadResult {
   direct_p50_ms: number | null;
   /**
    * Per path including direct: how late the engine's timer let each reply's last token leave (from the
-   * request's arrival, beyond decodeMs per token). Equal across paths when every path gets the same engine
+   * moment the request was read, beyond decodeMs per token). Equal across paths when every path gets the same engine
    * reply time, as the paired figures assume.
    */
   engine_late_p50_ms: Record<string, number | null>;
