@@ -9,18 +9,23 @@
  * so a decode is a copy of bytes and one UTF-8 decode per run between added
  * tokens. The result is the library's, including U+FFFD for bytes that are not
  * yet a whole character (byte-level-decoder.test.ts checks both against each other).
+ * An id with no token (past the vocabulary, as engines pad it) decodes to nothing,
+ * as in the library when the model has no unknown token.
  */
 
 /** Internals of @huggingface/tokenizers 0.2.0 this reads; checked, so another shape keeps the library's decode. */
 interface DecoderInternals {
-  model?: { vocab?: Array<string | undefined> };
+  model?: { vocab?: Array<string | undefined>; unk_token?: string | null };
   decoder?: { byte_decoder?: Record<string, number>; end_of_word_suffix?: string | null } | null;
   added_tokens?: Array<{ content: string }>;
   clean_up_tokenization_spaces?: boolean;
 }
 
+/** Left to the library (a token outside the byte alphabet, or any id without a token when the model has an unknown token). */
 const UNKNOWN = -1;
 const ADDED = -2;
+/** No token and no unknown token: the library decodes it to nothing. */
+const ABSENT = -3;
 
 export class ByteLevelDecoder {
   private scratch = new Uint8Array(256);
@@ -34,6 +39,10 @@ export class ByteLevelDecoder {
     private readonly end: Int32Array,
     /** Text of the added tokens, by id. */
     private readonly added: Map<number, string>,
+    /** What an id past `start` is: ABSENT or UNKNOWN. */
+    private readonly beyond: number,
+    /** True when no id is UNKNOWN: decode never needs the library. */
+    readonly decodesWithoutLibrary: boolean,
   ) {}
 
   /**
@@ -52,7 +61,9 @@ export class ByteLevelDecoder {
     const byteOf = new Int16Array(0x10000).fill(-1);
     for (const [ch, b] of Object.entries(byteMap)) if (ch.length === 1) byteOf[ch.charCodeAt(0)] = b;
     const added = new Map<number, string>();
-    const start = new Int32Array(vocab.length).fill(UNKNOWN);
+    const noToken = t.model?.unk_token == null ? ABSENT : UNKNOWN;
+    const start = new Int32Array(vocab.length).fill(noToken);
+    let allBytes = noToken === ABSENT;
     const end = new Int32Array(vocab.length);
     let bytes = new Uint8Array(1 << 20);
     let used = 0;
@@ -76,12 +87,16 @@ export class ByteLevelDecoder {
         else bytes[used + i] = b;
       }
       // A token outside the byte alphabet is left to the library.
-      if (!ok) continue;
+      if (!ok) {
+        start[id] = UNKNOWN;
+        allBytes = false;
+        continue;
+      }
       start[id] = used;
       end[id] = used + token.length;
       used += token.length;
     }
-    return new ByteLevelDecoder(bytes.slice(0, used), start, end, added);
+    return new ByteLevelDecoder(bytes.slice(0, used), start, end, added, noToken, allBytes);
   }
 
   /** The text of `ids`, or null when one of them is not in the table (the caller asks the library). */
@@ -90,8 +105,9 @@ export class ByteLevelDecoder {
     let n = 0;
     for (let i = 0; i < ids.length; i++) {
       const id = ids[i]!;
-      const from = id >= 0 && id < this.start.length ? this.start[id]! : UNKNOWN;
+      const from = id >= 0 && id < this.start.length ? this.start[id]! : this.beyond;
       if (from === UNKNOWN) return null;
+      if (from === ABSENT) continue;
       if (from === ADDED) {
         if (n > 0) out += this.text.decode(this.scratch.subarray(0, n));
         n = 0;

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { qwen3 } from "./test-support.ts";
+import { QWEN3_DIR, qwen3 } from "./test-support.ts";
+import { TextTokenizer } from "./tokenizer.ts";
 
 /** Texts that stress pre-tokenization: code, whitespace runs, CRLF, contractions, digits, CJK, emoji, combining marks, special tokens. */
 function corpus(): string[] {
@@ -55,6 +56,32 @@ describe("tokenizer", () => {
       if (pieces) expect(pieces, JSON.stringify(text)).toEqual(splitters.regex(text));
     }
     expect(splitters.scanner("über")).toBeNull(); // non-ASCII goes through the regex
+  });
+
+  it("encodes and decodes without the library's model, which it lets go once loaded, exactly as the library does on every byte", () => {
+    const tokenizer = TextTokenizer.fromModelDir(QWEN3_DIR);
+    expect(tokenizer.holdsLibrary, "Qwen3's tokenizer.json is plain byte-level BPE").toBe(false);
+    let seed = 3;
+    const rnd = () => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32);
+    // Code points of every UTF-8 length (1-4 bytes), so every byte value and long merge chains occur.
+    const ranges: Array<[number, number]> = [[0x00, 0x7f], [0x80, 0x7ff], [0x800, 0xd7ff], [0xe000, 0xffff], [0x10000, 0x10ffff]];
+    const texts = Array.from({ length: 400 }, () =>
+      Array.from({ length: 1 + Math.floor(rnd() * 30) }, () => {
+        const [lo, hi] = ranges[Math.floor(rnd() * ranges.length)]!;
+        return String.fromCodePoint(lo + Math.floor(rnd() * (hi - lo + 1)));
+      }).join(""),
+    );
+    texts.push("x".repeat(3000), " ".repeat(700) + "y", "\u{1F600}".repeat(50), ...corpus());
+    const encoded = texts.map((t) => tokenizer.encode(t));
+    const decoded = encoded.map((ids) => tokenizer.decode(ids));
+    expect(tokenizer.tokenId("<|im_end|>")).toBe(151645);
+    expect(tokenizer.holdsLibrary, "encoding, decoding and added-token lookups never load the library again").toBe(false);
+    texts.forEach((t, i) => {
+      expect(encoded[i], JSON.stringify(t)).toEqual(tokenizer.encodeWithLibrary(t));
+      // The library refuses an empty list (decode gives "").
+      expect(decoded[i]).toBe(encoded[i]!.length === 0 ? "" : tokenizer.decodeWithLibrary(encoded[i]!));
+    });
+    expect(tokenizer.holdsLibrary, "the references load it").toBe(true);
   });
 
   it("round-trips text through decode", () => {

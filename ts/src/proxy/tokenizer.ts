@@ -16,10 +16,18 @@
  *   Qwen2 Split regex (no regex engine, about 2x faster; tested against the
  *   regex), and long sections of whole renders (system prompt, tool list,
  *   which every session's first call repeats) are cached whole.
+ *
+ * For those tokenizers the pieces the cache has not seen are encoded by
+ * byte-level-bpe.ts and decoding is byte-level-decoder.ts, so the library's
+ * model (31 MB of strings and Maps for Qwen3, marked by every full garbage
+ * collection) is let go once they are built. The library is loaded again only
+ * when asked for by name: `encodeWithLibrary` and `decodeWithLibrary` (the
+ * references tests compare with) and `tokenId` of a token that is not an added one.
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Tokenizer } from "@huggingface/tokenizers";
+import { ByteLevelBpe } from "./byte-level-bpe.ts";
 import { ByteLevelDecoder } from "./byte-level-decoder.ts";
 import { Growable } from "./growable.ts";
 import { PieceTable, hashUnits, type CodeUnits } from "./piece-table.ts";
@@ -48,17 +56,38 @@ export class TextTokenizer {
   private readonly pieces: PieceEncoder | null;
   private readonly byteDecoder: ByteLevelDecoder | null;
   private readonly addedTokens: string[];
+  /** Added token -> id: the lookups the proxy makes by name (end-of-turn and stop tokens). */
+  private readonly addedIds: Map<string, number>;
+  /** The library's tokenizer, null while encode and decode do without it (see the module doc). */
+  private tokenizer: Tokenizer | null;
 
   constructor(
-    private readonly tokenizer: Tokenizer,
+    tokenizer: Tokenizer,
     readonly config: TokenizerConfig,
     private readonly cacheEntries = 256,
     tokenizerJson: Record<string, unknown> | null = null,
+    /** Builds the library's tokenizer again; given, the one passed in is dropped when the proxy's own paths cover encode and decode. */
+    private readonly reloadLibrary: (() => Tokenizer) | null = null,
   ) {
     this.vocabSize = tokenizer.get_vocab(true).size;
     this.pieces = tokenizerJson ? PieceEncoder.create(tokenizer, tokenizerJson) : null;
     this.byteDecoder = tokenizerJson ? ByteLevelDecoder.create(tokenizer, tokenizerJson) : null;
-    this.addedTokens = [...tokenizer.get_added_tokens_decoder().values()].map((t) => t.content);
+    const added = [...tokenizer.get_added_tokens_decoder().values()];
+    this.addedTokens = added.map((t) => t.content);
+    this.addedIds = new Map(added.map((t) => [t.content, t.id]));
+    const ownPaths = this.pieces?.encodesWithoutLibrary === true && this.byteDecoder?.decodesWithoutLibrary === true;
+    this.tokenizer = ownPaths && reloadLibrary ? null : tokenizer;
+  }
+
+  /** Whether the library's tokenizer is held (false once encode and decode do without it). */
+  get holdsLibrary(): boolean {
+    return this.tokenizer !== null;
+  }
+
+  /** The library's tokenizer, loaded again if it was let go (a second or so for Qwen3); kept from then on. */
+  private library(): Tokenizer {
+    this.tokenizer ??= this.reloadLibrary!();
+    return this.tokenizer;
   }
 
   /**
@@ -80,6 +109,11 @@ export class TextTokenizer {
     };
     const tokenizerJson = read("tokenizer.json");
     const configJson = read("tokenizer_config.json");
+    const reload = () => {
+      const library = new Tokenizer(read("tokenizer.json"), read("tokenizer_config.json"));
+      releaseConstructionInputs(library);
+      return library;
+    };
     const chat_template = configJson["chat_template"];
     if (typeof chat_template !== "string")
       throw new ModelFilesError(modelDir, "tokenizer_config.json has no string chat_template");
@@ -93,8 +127,9 @@ export class TextTokenizer {
       },
       256,
       tokenizerJson,
+      reload,
     );
-    releaseConstructionInputs(tokenizer.tokenizer);
+    if (tokenizer.tokenizer) releaseConstructionInputs(tokenizer.tokenizer);
     return tokenizer;
   }
 
@@ -148,7 +183,7 @@ export class TextTokenizer {
 
   /** The library's own encode, without the proxy's caches (the reference the fast path must equal). */
   encodeWithLibrary(text: string): number[] {
-    return this.tokenizer.encode(text, { add_special_tokens: false }).ids;
+    return this.library().encode(text, { add_special_tokens: false }).ids;
   }
 
   /** Text of `ids`, special tokens included (tool-call and think tags are special in Qwen3). */
@@ -159,16 +194,17 @@ export class TextTokenizer {
 
   /** The library's own decode (the reference the fast path must equal). */
   decodeWithLibrary(ids: ArrayLike<number>): string {
-    return this.tokenizer.decode(Array.from(ids), { skip_special_tokens: false });
+    return this.library().decode(Array.from(ids), { skip_special_tokens: false });
   }
 
+  /** The id of `token`: an added token's from memory, any other from the library's vocabulary. */
   tokenId(token: string): number | undefined {
-    return this.tokenizer.token_to_id(token);
+    return this.addedIds.get(token) ?? this.library().token_to_id(token);
   }
 
   /** The id of a token that must exist (e.g. the end-of-turn token). */
   requireTokenId(token: string): number {
-    const id = this.tokenizer.token_to_id(token);
+    const id = this.tokenId(token);
     if (id === undefined) throw new Error(`token ${JSON.stringify(token)} is not in the vocabulary`);
     return id;
   }
@@ -240,7 +276,8 @@ class PieceEncoder {
   private readonly asciiSplit: boolean;
 
   private constructor(
-    private readonly tokenizer: Tokenizer,
+    /** How a piece the table lacks is encoded: the proxy's own BPE, or the library's encode when its model is of another kind. */
+    private readonly learner: ByteLevelBpe | Tokenizer,
     private readonly added: Map<string, { id: number }>,
     private readonly split: { pre_tokenize_text(text: string): string[]; pattern?: unknown },
     maxEntries = 200_000,
@@ -275,7 +312,12 @@ class PieceEncoder {
     const internals = tokenizer as unknown as TokenizerInternals;
     const splitter = internals.pre_tokenizer?.tokenizers?.[0];
     if (!shapeOk || !internals.added_tokens_map || !splitter || internals.remove_space || internals.do_lowercase_and_remove_accent) return null;
-    return new PieceEncoder(tokenizer, internals.added_tokens_map, splitter);
+    return new PieceEncoder(ByteLevelBpe.create(json["model"]) ?? tokenizer, internals.added_tokens_map, splitter);
+  }
+
+  /** True when no piece needs the library's model. */
+  get encodesWithoutLibrary(): boolean {
+    return this.learner instanceof ByteLevelBpe;
   }
 
   encodeInto(text: string, out: Growable<Int32Array>, keepSections: boolean): void {
@@ -370,9 +412,15 @@ class PieceEncoder {
     return pieces;
   }
 
-  /** Encodes `piece` (whose code units are `units[start, end)`) with the library, remembers its ids and appends them to `out`. */
+  /** Encodes `piece` (whose code units are `units[start, end)`), remembers its ids and appends them to `out`. */
   private learn(piece: string, units: CodeUnits, start: number, end: number, hash: number, out: Growable<Int32Array>): void {
-    const ids = this.tokenizer.encode(piece, { add_special_tokens: false }).ids;
+    if (this.learner instanceof ByteLevelBpe) {
+      const from = out.length;
+      this.learner.encodeInto(piece, out);
+      this.table.add(units, start, end, hash, out.view(from));
+      return;
+    }
+    const ids = this.learner.encode(piece, { add_special_tokens: false }).ids;
     this.table.add(units, start, end, hash, ids);
     out.pushRange(ids, 0, ids.length);
   }
