@@ -31,6 +31,13 @@ export interface GenerateRequest {
    * reaches the engine is the same whole prompt with or without it.
    */
   prefix_key?: string | null;
+  /**
+   * False when the caller uses the completion only once it is whole (the proxy: the client
+   * did not ask to stream). A client may then have the engine send it in one message instead
+   * of one per sampled token (ZmqEngine: the control protocol's `stream`); the chunks it
+   * yields concatenate to the same completion either way. Default true.
+   */
+  stream?: boolean;
 }
 
 /** A run of newly sampled tokens. Chunks of one call concatenate. */

@@ -16,7 +16,7 @@ import { ProxyServer } from "../proxy/server.ts";
 import { decodeControl, encodeControl } from "../schema/control-codec.ts";
 import type { ControlMessage } from "../schema/generated.ts";
 import { REPO_ROOT } from "../repo-root.ts";
-import { EngineAbortedError, type GenerateChunk, type GenerateRequest } from "./types.ts";
+import { EngineAbortedError, type EngineClient, type GenerateChunk, type GenerateRequest } from "./types.ts";
 import { EngineRequestError, ZmqEngine } from "./zmq.ts";
 
 const PYTHON = join(REPO_ROOT, ".venv/bin/python");
@@ -89,6 +89,20 @@ describe("ZmqEngine", () => {
     expect(again.flatMap((c) => c.token_ids)).toEqual(chunks.flatMap((c) => c.token_ids));
   });
 
+  it("asked for a whole completion (stream false), yields it in one chunk: the same tokens, logprobs and routing as streamed", async () => {
+    const prompt = [...Buffer.from("Hello")];
+    const streamed = await collect(engine.generate(request("whole-streamed", prompt, 6)));
+    const whole = await collect(engine.generate({ ...request("whole-1", prompt, 6), stream: false }));
+    expect(whole).toHaveLength(1);
+    const [only] = whole;
+    expect(only!.finish_reason).toBe("length");
+    expect(only!.token_ids).toEqual(streamed.flatMap((c) => c.token_ids));
+    expect(only!.logprobs.map((x) => x.toFixed(4))).toEqual(streamed.flatMap((c) => c.logprobs).map((x) => x.toFixed(4)));
+    expect(Array.from(only!.routing!)).toEqual(Array.from(streamed.at(-1)!.routing!));
+    expect(Array.from(only!.routing_recorded!)).toEqual([1, 1, 1, 1, 1, 0]);
+    expect(only!.prompt_routing!.length).toBe(prompt.length * LAYERS * TOP_K);
+  });
+
   it("aborting the signal stops the request on the engine", async () => {
     const controller = new AbortController();
     const seen: number[] = [];
@@ -143,9 +157,20 @@ describe("ZmqEngine", () => {
 });
 
 describe("the proxy in front of the Python engine", () => {
-  it("answers an OpenAI chat completion end to end and records the turn with routing", async () => {
+  it("answers OpenAI chat completions end to end, streamed or not, and records each turn with routing", async () => {
     const model = loadProxyModel(join(dir, MODEL));
-    const proxy = await ProxyServer.start({ model, engine, servedModels: [MODEL] });
+    // What the proxy asks of the engine: a whole completion for the call that does not stream.
+    const asked: Array<boolean | undefined> = [];
+    const recording: EngineClient = {
+      name: engine.name,
+      contextWindow: () => engine.contextWindow(),
+      close: () => Promise.resolve(),
+      generate: (req, signal) => {
+        asked.push(req.stream);
+        return engine.generate(req, signal);
+      },
+    };
+    const proxy = await ProxyServer.start({ model, engine: recording, servedModels: [MODEL] });
     try {
       const session = proxy.createSession();
       const client = new OpenAI({ baseURL: `${session.baseUrl}/v1`, apiKey: session.secret, maxRetries: 0 });
@@ -153,12 +178,20 @@ describe("the proxy in front of the Python engine", () => {
       const choice = reply.choices[0]!;
       expect(["stop", "length"]).toContain(choice.finish_reason);
       expect(typeof choice.message.content).toBe("string");
+      // Another conversation (the same one again would be a retry of the first call).
+      const stream = await client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "ho" }], max_tokens: 8, temperature: 0, stream: true });
+      let finish: string | null = null;
+      for await (const part of stream) finish = part.choices[0]?.finish_reason ?? finish;
+      expect(["stop", "length"]).toContain(finish);
+      expect(asked).toEqual([false, true]);
       const records = proxy.closeSession(session.id);
-      expect(records.turns).toHaveLength(1);
-      const turn = records.turns[0]!;
-      expect(turn.completion_ids.length).toBe(reply.usage!.completion_tokens);
-      expect(turn.routing!.length).toBe(turn.completion_ids.length * LAYERS * TOP_K);
-      expect(turn.prompt_routing!.length).toBe(turn.prompt_ids.length * LAYERS * TOP_K);
+      expect(records.turns).toHaveLength(2);
+      expect(records.turns[0]!.completion_ids.length).toBe(reply.usage!.completion_tokens);
+      for (const t of records.turns) {
+        expect(t.routing!.length).toBe(t.completion_ids.length * LAYERS * TOP_K);
+        expect(t.prompt_routing!.length).toBe(t.prompt_ids.length * LAYERS * TOP_K);
+        expect(t.timings.first_token_ms).not.toBeNull();
+      }
       expect(records.segments[0]!.routing_recorded).not.toBeNull();
     } finally {
       await proxy.close();

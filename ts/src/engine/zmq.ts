@@ -6,7 +6,8 @@
  *    is one msgpack control frame from schemas/records.toml (GenerateRequest,
  *    TokenChunk, GenerateResult, Abort, EngineHello/EngineInfo, Error). Replies
  *    are routed to the waiting `generate` by `request_id`.
- * 2. Tokens stream as TokenChunks. A token's routing row exists only once the
+ * 2. Tokens stream as TokenChunks (unless the request says `stream: false`: then
+ *    the GenerateResult alone carries them, and `generate` yields them with it). A token's routing row exists only once the
  *    engine has fed it back as input, so the routing of the whole completion
  *    (and the prompt's) arrives with the GenerateResult: `generate` yields it as
  *    a last chunk with no new tokens, whose `routing_recorded` covers them all.
@@ -195,7 +196,7 @@ export class ZmqEngine implements EngineClient {
         max_tokens: req.sampling.max_tokens,
         stop_token_ids: Int32Array.from(req.sampling.stop_token_ids),
         seed: req.sampling.seed,
-        stream: true,
+        stream: req.stream !== false,
       });
       const streamed: number[] = [];
       for (;;) {
@@ -254,12 +255,17 @@ export class ZmqEngine implements EngineClient {
 
   private lastChunk(req: GenerateRequest, result: GenerateResult, streamed: number[], info: EngineInfo): GenerateChunk {
     const ids = result.completion_token_ids;
-    if (ids.length !== streamed.length || ids.some((t, i) => t !== streamed[i])) {
+    // Sent whole (stream false), the result's tokens are the completion; streamed, they must repeat the chunks.
+    const whole = req.stream === false && streamed.length === 0;
+    if (!whole && (ids.length !== streamed.length || ids.some((t, i) => t !== streamed[i]))) {
       throw new EngineError(this.name, `request ${req.request_id}: result has ${ids.length} tokens but ${streamed.length} were streamed, or they differ`);
+    }
+    if (whole && result.logprobs.length !== ids.length) {
+      throw new EngineError(this.name, `request ${req.request_id}: result has ${ids.length} tokens but ${result.logprobs.length} logprobs`);
     }
     const width = result.moe_layers * result.top_k;
     const chunk: GenerateChunk = {
-      token_ids: [], logprobs: [], routing: null, policy_version: result.policy_version, finish_reason: result.finish_reason,
+      token_ids: whole ? Array.from(ids) : [], logprobs: whole ? Array.from(result.logprobs) : [], routing: null, policy_version: result.policy_version, finish_reason: result.finish_reason,
       cached_prompt_tokens: result.cached_prompt_tokens,
     };
     if (width === 0) return chunk; // a dense model has no routing

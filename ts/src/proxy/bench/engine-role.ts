@@ -137,7 +137,7 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing, socketP
   });
   server.keepAliveTimeout = 60_000;
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const { zmq, unix } = await controlEngine(ids, model.tokenizer.size, streamTimers, held, socketPath);
+  const { zmq, unix } = await controlEngine(ids, model.tokenizer.size, streamTimers, replyTimer, held, socketPath);
   console.log(JSON.stringify({ port: (server.address() as AddressInfo).port, zmq, unix }));
 }
 
@@ -145,19 +145,34 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing, socketP
  * The Python engine's control protocol, served over ZeroMQ (a ROUTER) and over a Unix
  * stream socket (length-prefixed frames, wire.ts): engine_hello gets a dense model's
  * EngineInfo, each generate the reply's ids in TokenChunks of 4 (as the SSE side
- * streams them), then the GenerateResult. Returns both endpoints (ZeroMQ on tcp
+ * streams them), then the GenerateResult; a generate with `stream` false gets the
+ * GenerateResult alone, when the last token is sampled. Returns both endpoints (ZeroMQ on tcp
  * loopback, as the HTTP side, so both hops cross the same kind of socket).
  */
-async function controlEngine(ids: number[], vocabSize: number, streamTimers: () => ReplyTimers, held: Record<string, number>, path: string): Promise<{ zmq: string; unix: string }> {
+async function controlEngine(
+  ids: number[],
+  vocabSize: number,
+  streamTimers: () => ReplyTimers,
+  replyTimer: () => ReplyTimers,
+  held: Record<string, number>,
+  path: string,
+): Promise<{ zmq: string; unix: string }> {
   const reply = Int32Array.from(ids);
   const logprobs = new Float32Array(ids.length).fill(-0.5);
   type Send = (m: ControlMessage) => Promise<void>;
   const serve = async (send: Send, m: ControlMessage & { kind: "generate" }, t0: number) => {
-    const timed = streamTimers();
-    for (let i = 0; i < reply.length; i += 4) {
-      await timed.due[i / 4];
-      if (i + 4 >= reply.length) timed.out();
-      void send({ kind: "token_chunk", request_id: m.request_id, token_ids: reply.subarray(i, i + 4), logprobs: logprobs.subarray(i, i + 4), policy_version: 0 });
+    if (m.stream) {
+      const timed = streamTimers();
+      for (let i = 0; i < reply.length; i += 4) {
+        await timed.due[i / 4];
+        if (i + 4 >= reply.length) timed.out();
+        void send({ kind: "token_chunk", request_id: m.request_id, token_ids: reply.subarray(i, i + 4), logprobs: logprobs.subarray(i, i + 4), policy_version: 0 });
+      }
+    } else {
+      // Asked for the completion whole (the client did not stream): one timer, as a JSON reply's.
+      const timed = replyTimer();
+      await timed.due[0];
+      timed.out();
     }
     await send({
       kind: "generate_result", request_id: m.request_id, finish_reason: "stop", completion_token_ids: reply, logprobs,
