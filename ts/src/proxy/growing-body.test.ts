@@ -168,6 +168,42 @@ describe("GrowingBodyParser", () => {
     expect((parseLikeJson(parser, body(9)) as { tools: unknown[] }).tools).toBe(changed.tools);
   });
 
+  it("keeps the fields before the history as the same objects whenever a history element is reused", () => {
+    const parser = new GrowingBodyParser("messages");
+    const history: unknown[] = [{ role: "user", content: "a" }];
+    // Claude Code's order: system blocks and tools before the messages.
+    const body = () => JSON.stringify({ model: "m", system: [{ type: "text", text: "s".repeat(100) }], tools: [{ name: "run" }], messages: history, metadata: { user_id: "u" } });
+    const first = parseLikeJson(parser, body()) as { system: unknown[]; tools: unknown[] };
+    history.push({ role: "assistant", content: "b" });
+    const second = parseLikeJson(parser, body()) as { system: unknown[]; tools: unknown[] };
+    expect(parser.lastReusedBytes).toBeGreaterThan(0);
+    expect(second.system).toBe(first.system);
+    expect(second.tools).toBe(first.tools);
+    // A rewritten newest message (the moving cache breakpoint): the head is still the same objects.
+    history[1] = { role: "assistant", content: "b", cache_control: { type: "ephemeral" } };
+    history.push({ role: "user", content: "c" });
+    const third = parseLikeJson(parser, body()) as { system: unknown[]; tools: unknown[] };
+    expect(parser.lastReusedBytes).toBeGreaterThan(0);
+    expect(third.tools).toBe(first.tools);
+    // Another head is parsed whole, and its own fields are kept from then on.
+    const other = parseLikeJson(parser, body().replace('"model":"m"', '"model":"n"')) as { system: unknown[] };
+    expect(parser.lastReusedBytes).toBe(0);
+    expect(other.system).not.toBe(first.system);
+    history.push({ role: "assistant", content: "d" });
+    expect((parseLikeJson(parser, body().replace('"model":"m"', '"model":"n"')) as { system: unknown[] }).system).toBe(other.system);
+  });
+
+  it("sets the fields before the history as JSON.parse does when the tail repeats a key, or the head has __proto__", () => {
+    const parser = new GrowingBodyParser("messages");
+    for (const [head, tail] of [['"model":"m","1":0,', '"model":"again"'], ['"__proto__":{"polluted":true},"x":1,"x":2,', '"y":[1]']]) {
+      parseLikeJson(parser, `{${head}"messages":[{"a":1}],${tail}}`);
+      parseLikeJson(parser, `{${head}"messages":[{"a":1},{"b":2}],${tail}}`);
+      expect(parser.lastReusedBytes).toBeGreaterThan(0);
+      parseLikeJson(parser, `{${head}"messages":[{"a":1},{"b":2},{"c":3}],"z":0}`);
+      expect(({} as Record<string, unknown>)["polluted"]).toBeUndefined();
+    }
+  });
+
   it("sets the fields after the history as JSON.parse does: repeated keys, __proto__, key order", () => {
     const parser = new GrowingBodyParser("messages");
     for (const tail of ['"model":"again","1":2,"__proto__":{"polluted":true},"x":[1]', '"__proto__":null,"model":"m2"']) {

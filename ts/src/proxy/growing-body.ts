@@ -28,7 +28,12 @@
  * sampling settings) usually repeat too: when the bytes from the array's `]` to
  * the end equal the previous body's, their values are the previous ones, the
  * same objects, so a tool list is neither parsed again nor a new object each
- * call. Values are shared between results: callers must not mutate them.
+ * call. The fields before the array always repeat when any element is reused
+ * (the bytes compared start at the body's first byte), so their values are the
+ * previous ones too: an Anthropic body's `system` blocks and `tools` (~20 KB of
+ * a Claude-Code-shaped body, which puts them first) are parsed once per session,
+ * and the API parser's per-value caches then hit. Values are shared between
+ * results: callers must not mutate them.
  *
  * No JSON library offers resuming a parse at a byte offset; the scanner below
  * only finds the array's brackets and the object's top-level keys, and skips
@@ -67,6 +72,8 @@ export class GrowingBodyParser {
   private tail = Buffer.alloc(0);
   private tailLength = -1;
   private tailFields: Array<[string, unknown]> = [];
+  /** The previous body's fields before the array, in order (its bytes up to `previous.open` are what they were parsed from). */
+  private headFields: Array<[string, unknown]> = [];
   private readonly key: Buffer;
   /** Bytes of the last body that were not parsed again (0 when it was parsed whole). */
   lastReusedBytes = 0;
@@ -88,7 +95,11 @@ export class GrowingBodyParser {
       const commas: number[] = [];
       const layout = walk(bytes, 0, 0, -1, this.key, commas);
       if (layout) {
-        // The body is JSON, so its tail parses; the next body with the same tail gets these objects.
+        // The head's fields from its own text (in `value` a key the tail repeats has the tail's value), and the
+        // tail's: the body is JSON, so both parse. The next body that repeats them gets these very objects.
+        const head = JSON.parse(bytes.toString("utf8", 0, layout.open) + "]}") as Record<string, unknown>;
+        this.headFields = Object.entries(head).filter(([k]) => k !== this.arrayKey);
+        for (const [k, v] of this.headFields) defineField(value as Record<string, unknown>, k, v);
         const fields = this.fieldsAfter(bytes, layout.close);
         if (fields) for (const [k, v] of fields) defineField(value as Record<string, unknown>, k, v);
         this.remember(bytes, 0, { open: layout.open, end: lastElementEnd(bytes, layout.close), elements, commas });
@@ -149,21 +160,22 @@ export class GrowingBodyParser {
     if (!layout || bytes[layout.close] !== CLOSE_BRACKET) return undefined;
     const fields = this.fieldsAfter(bytes, layout.close);
     if (!fields) return undefined; // parsed whole, for JSON.parse's own message and position
-    let value: unknown;
+    let added: unknown[];
     try {
-      // The object up to the array's end; the fields after it are `fields`.
-      value = JSON.parse(bytes.toString("utf8", 0, prev.open) + bytes.toString("utf8", rest, layout.close) + "]}");
+      // The new elements; the text before them is the previous body's (headFields), the fields after them are `fields`.
+      added = JSON.parse("[" + bytes.toString("utf8", rest, layout.close) + "]") as unknown[];
     } catch {
       return undefined;
     }
-    const record = value as Record<string, unknown>;
-    const elements = prev.elements.slice(0, reused).concat(arrayOf(value, this.arrayKey)!);
-    record[this.arrayKey] = elements;
+    const record: Record<string, unknown> = {};
+    for (const [k, v] of this.headFields) defineField(record, k, v);
+    const elements = prev.elements.slice(0, reused).concat(added);
+    defineField(record, this.arrayKey, elements);
     for (const [k, v] of fields) defineField(record, k, v);
     // The previous body's commas among and after the reused elements, then the ones the walk passed.
     this.remember(bytes, same, { open: prev.open, end: lastElementEnd(bytes, layout.close), elements, commas: prev.commas.slice(0, reused).concat(commas) });
     this.lastReusedBytes = same;
-    return value;
+    return record;
   }
 
   /**
