@@ -32,6 +32,13 @@ interface BpeModelJson {
 }
 
 const EMPTY = -1;
+/**
+ * Working arrays grown past this many bytes are dropped once the piece that needed them is
+ * encoded: one huge piece (a request body may hold a 30 MB run of letters) must not pin
+ * ~40 bytes per character of it for the life of the process.
+ */
+const KEEP_BYTES = 1 << 16;
+const INITIAL_BYTES = 64;
 
 export class ByteLevelBpe {
   /** Open addressing over (left id, right id): the merge's rank and the id it makes. */
@@ -42,12 +49,12 @@ export class ByteLevelBpe {
   private readonly mask: number;
   private readonly encoder = new TextEncoder();
   /** Working arrays of one encode, grown as pieces need. */
-  private bytes = new Uint8Array(64);
-  private symbol = new Int32Array(64);
-  private next = new Int32Array(64);
-  private prev = new Int32Array(64);
-  private heapRank = new Int32Array(128);
-  private heapAt = new Int32Array(128);
+  private bytes = new Uint8Array(INITIAL_BYTES);
+  private symbol = new Int32Array(INITIAL_BYTES);
+  private next = new Int32Array(INITIAL_BYTES);
+  private prev = new Int32Array(INITIAL_BYTES);
+  private heapRank = new Int32Array(2 * INITIAL_BYTES);
+  private heapAt = new Int32Array(2 * INITIAL_BYTES);
 
   private constructor(
     /** The id of each byte's one-character token. */
@@ -138,6 +145,16 @@ export class ByteLevelBpe {
     }
     // A merge keeps its left position, so the first byte's position always starts the list.
     for (let i = 0; i !== EMPTY; i = next[i]!) out.push(symbol[i]!);
+    if (this.bytes.length > KEEP_BYTES) this.grow(INITIAL_BYTES);
+    if (this.heapRank.length > 2 * KEEP_BYTES) {
+      this.heapRank = new Int32Array(2 * INITIAL_BYTES);
+      this.heapAt = new Int32Array(2 * INITIAL_BYTES);
+    }
+  }
+
+  /** Bytes the working arrays hold now (for tests: a huge piece's are let go). */
+  get workingBytes(): number {
+    return this.bytes.length;
   }
 
   private slotFor(a: number, b: number): number {

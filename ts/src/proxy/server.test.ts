@@ -28,6 +28,21 @@ function overSocket(socketPath: string, method: string, path: string, headers: R
 }
 
 describe("proxy server", () => {
+  it("takes a completion of 150k tokens that arrives as one chunk (a whole completion) and records every token", async () => {
+    const hello = qwen3().tokenizer.encode("hello")[0]!;
+    const n = 150_000;
+    proxy = await startProxy(scriptedEngine(qwen3(), [{ token_ids: new Array<number>(n).fill(hello), finish: "length" }], { chunkSize: n }), { maxTokens: n, contextWindow: 2 * n });
+    const s = proxy.createSession("big");
+    const res = await fetch(`${s.baseUrl}/v1/messages`, { method: "POST", headers: { "x-api-key": s.secret }, body: JSON.stringify({ model: MODEL_NAME, max_tokens: n, messages: [{ role: "user", content: "hi" }] }) });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as { usage: { output_tokens: number }; stop_reason: string };
+    expect(body.usage.output_tokens).toBe(n);
+    expect(body.stop_reason).toBe("max_tokens");
+    const records = proxy.closeSession("big");
+    expect(records.turns[0]!.completion_ids.length).toBe(n);
+    expect(records.turns[0]!.logprobs.length).toBe(n);
+  });
+
   it("serves a session over a Unix socket", async () => {
     dir = mkdtempSync(join(tmpdir(), "lego-proxy-"));
     const socketPath = join(dir, "proxy.sock");

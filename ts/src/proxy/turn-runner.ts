@@ -144,12 +144,13 @@ async function* streamTurn(
       if (signal.aborted) break;
       if (policyVersion === -1) yield { kind: "start", prompt_tokens: plan.prompt_ids.length };
       if (chunk.token_ids.length > 0 && firstTokenMs === null) firstTokenMs = performance.now() - started;
-      ids.push(...chunk.token_ids);
-      logprobs.push(...chunk.logprobs);
+      // Element by element: a whole completion comes as one chunk, and spreading 10^5 values overflows the stack.
+      for (const id of chunk.token_ids) ids.push(id);
+      for (const lp of chunk.logprobs) logprobs.push(lp);
       if (chunk.routing) {
         routing.push(chunk.routing);
         if (chunk.routing_recorded) {
-          recorded.push(...chunk.routing_recorded);
+          for (const r of chunk.routing_recorded) recorded.push(r);
           anyUnrecorded ||= chunk.routing_recorded.includes(0);
         } else for (let i = 0; i < chunk.token_ids.length; i++) recorded.push(1);
       }
