@@ -35,7 +35,7 @@ export interface RunnerConfig {
 }
 
 /** What a call needs from its request once its prompt is planned. */
-type CallOptions = Pick<ChatRequest, "tools" | "tool_choice" | "sampling" | "continue_final_message" | "stream">;
+type CallOptions = Pick<ChatRequest, "tools" | "tool_choice" | "sampling" | "continue_final_message">;
 
 /** Every tool the model may call: the prompt's and the deferred ones (a tool result may have brought them in). */
 function callableTools(req: ChatRequest) {
@@ -62,7 +62,7 @@ export function runTurn(
   // Only the tools and sampling settings travel on. The parsed history (up to
   // hundreds of KB of strings per call) then dies young while the engine works,
   // instead of surviving scavenges, and being copied by them, for every call in flight.
-  const options: CallOptions = { tools: callableTools(req), tool_choice: req.tool_choice, sampling: req.sampling, continue_final_message: req.continue_final_message === true, stream: req.stream };
+  const options: CallOptions = { tools: callableTools(req), tool_choice: req.tool_choice, sampling: req.sampling, continue_final_message: req.continue_final_message === true };
   return streamTurn(cfg, capture, thread, plan, options, toolCallIdPrefix, signal, window);
 }
 
@@ -128,8 +128,6 @@ async function* streamTurn(
         prompt_ids: plan.prompt_ids,
         // The next call of this thread re-sends this prompt and more: the engine client may reuse its encoding.
         prefix_key: `${capture.sessionId}/${capture.threadId(thread)}`,
-        // A client that did not ask to stream gets its reply once it is whole: the engine may send it so too.
-        stream: req.stream,
         sampling: {
           temperature: req.sampling.temperature ?? 1,
           top_p: req.sampling.top_p ?? 1,
