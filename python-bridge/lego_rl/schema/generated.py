@@ -64,7 +64,7 @@ class TurnTimings:
     started_at_ms: float
     """Unix epoch time the proxy sent the request to the engine."""
     first_token_ms: float | None
-    """Latency to the first completion token as the proxy received it (a call the client did not stream may get its completion whole from the engine: then its arrival); null when none was produced."""
+    """Latency to the first completion token; null when none was produced."""
     duration_ms: float
     """Time from request to the last token."""
 

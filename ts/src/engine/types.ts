@@ -32,8 +32,8 @@ export interface GenerateRequest {
    */
   prefix_key?: string | null;
   /**
-   * False when the caller uses the completion only once it is whole (the proxy: the client
-   * did not ask to stream). A client may then have the engine send it in one message instead
+   * False when the caller uses the completion only once it is whole (the proxy does not ask
+   * for this: docs/proxy.md says why). A client may then have the engine send it in one message instead
    * of one per sampled token (ZmqEngine: the control protocol's `stream`); the chunks it
    * yields concatenate to the same completion either way. Default true.
    */

@@ -59,7 +59,7 @@ export type TokenProvenance = (typeof TokenProvenance)[keyof typeof TokenProvena
 export interface TurnTimings {
   /** Unix epoch time the proxy sent the request to the engine. */
   started_at_ms: number;
-  /** Latency to the first completion token as the proxy received it (a call the client did not stream may get its completion whole from the engine: then its arrival); null when none was produced. */
+  /** Latency to the first completion token; null when none was produced. */
   first_token_ms: number | null;
   /** Time from request to the last token. */
   duration_ms: number;
