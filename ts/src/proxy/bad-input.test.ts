@@ -7,7 +7,7 @@ import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { afterEach, describe, expect, it } from "vitest";
 import { EngineAbortedError, EngineError, type EngineClient, type GenerateChunk, type GenerateRequest } from "../engine/types.ts";
-import type { ProxyServer, ProxySession } from "./server.ts";
+import type { ProxyServer, ProxySession, RequestEnd } from "./server.ts";
 import { MODEL_NAME, qwen3, scriptedEngine, startProxy } from "./test-support.ts";
 
 let proxy: ProxyServer | null = null;
@@ -135,7 +135,8 @@ describe("failures during generation", () => {
     const engine = new StallingEngine();
     let turnEnded!: () => void;
     const ended = new Promise<void>((r) => (turnEnded = r));
-    proxy = await startProxy(engine, { onTurn: () => turnEnded() });
+    const requestEnds: RequestEnd[] = [];
+    proxy = await startProxy(engine, { onTurn: () => turnEnded(), onRequestEnd: (e) => requestEnds.push(e) });
     const s = proxy.createSession("gone");
     const other = proxy.createSession("other");
     await new Promise<void>((resolve, reject) => {
@@ -156,6 +157,10 @@ describe("failures during generation", () => {
     const records = proxy.closeSession(s.id);
     expect(records.segments).toEqual([]);
     expect(records.audit.map((a) => [a.reason, a.turn.finish_reason, Array.from(a.turn.completion_ids)])).toEqual([["aborted", "abort", [9707]]]);
+    // A response that never finished is still told about, timed to its connection's close.
+    const gone = requestEnds.find((e) => e.session_id === "gone");
+    expect(gone).toMatchObject({ path: "/v1/messages", status: 200 });
+    expect(gone!.duration_ms).toBeGreaterThan(0);
   });
 
   it("reports an engine failure as a 500 in the API's shape and keeps the session usable", async () => {

@@ -10,7 +10,10 @@
  * For the proxy's calls it keeps how long it held each request (HTTP: headers in
  * to last byte out; control protocol: request frame in to result frame sent; by request_id)
  * and serves them at GET /held, so the proxy can count its own engine-client hop:
- * its wait on the engine minus the engine's time.
+ * its wait on the engine minus the engine's time. For every request it also keeps when it
+ * was seen, read and answered on the shared wall clock (GET /spans returns and clears them;
+ * main.ts lays them beside the driver's and the proxy's to show where a path's time goes),
+ * keyed by the driver's `x-bench-request` header on the chat paths, by request id on the proxy's.
  */
 import { createServer, type IncomingMessage } from "node:http";
 import { createServer as createNetServer, type AddressInfo } from "node:net";
@@ -20,6 +23,7 @@ import { decodeControl, encodeControl, SCHEMA_VERSION, type ControlMessage } fro
 import { loadProxyModel } from "../model.ts";
 import { QWEN3_DIR } from "../test-support.ts";
 import { REPLY_ARGS, REPLY_TEXT } from "./args.ts";
+import { wallMs, type EngineSpan } from "./stats.ts";
 
 /** The `"request_id":"..."` field of a JSON body, read from its bytes. */
 function requestIdOf(body: Buffer): string | undefined {
@@ -35,6 +39,9 @@ interface ReplyTimers {
   due: Array<Promise<unknown> | null>;
   out: () => void;
 }
+
+/** The engine's EngineSpan per request, as it fills them in. */
+type SpanBook = Map<string, EngineSpan>;
 
 /** When a streamed reply's chunks leave the engine: as their tokens are sampled, or all once the last one is. */
 export type StreamPacing = "decode" | "end";
@@ -71,6 +78,7 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing, socketP
   const replyTimer = () => timers(() => [sampled(ids.length)]);
   let n = 0;
   const held: Record<string, number> = {};
+  let spans: SpanBook = new Map();
   // The body is read to its end on every path and kept only where a field of it is read (the proxy's
   // request id): the chat paths' bodies are 10^5-10^6 bytes that nothing here looks at.
   const readBody = (req: IncomingMessage, keep: boolean) =>
@@ -80,8 +88,14 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing, socketP
     });
   const server = createServer(async (req, res) => {
     const t0 = performance.now();
+    const seen = wallMs();
     if (req.method !== "POST" && req.url === "/held") {
       const text = JSON.stringify(held);
+      return void res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(text) }).end(text);
+    }
+    if (req.method !== "POST" && req.url === "/spans") {
+      const text = JSON.stringify(Object.fromEntries(spans));
+      spans = new Map();
       return void res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(text) }).end(text);
     }
     if (req.method !== "POST" && req.url === "/lateness") {
@@ -91,15 +105,21 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing, socketP
     }
     if (req.method !== "POST") return void res.writeHead(200, { "content-length": 0 }).end();
     const body = await readBody(req, req.url === "/v1/completions");
+    const read = wallMs();
     if (req.url === "/v1/completions") {
       const reply = streamTimers();
       // The proxy's requests are 10^4-10^5 ids; only the id is read, while the reply's tokens are sampled, and the body dropped.
       const id = requestIdOf(Buffer.concat(body.splice(0)));
+      const span: EngineSpan = { in: seen, read, out: NaN };
+      if (id) spans.set(id, span);
       // Headers first, as vLLM's stream opens before the first token.
       res.writeHead(200, { "content-type": "text/event-stream" });
       for (let i = 0; i < ids.length; i += 4) {
         await reply.due[i / 4];
-        if (i + 4 >= ids.length) reply.out();
+        if (i + 4 >= ids.length) {
+          reply.out();
+          span.out = wallMs();
+        }
         const part = ids.slice(i, i + 4);
         const choice = { index: 0, text: "", logprobs: { tokens: part.map((t) => `token_id:${t}`), token_logprobs: part.map(() => -0.5) }, finish_reason: i + 4 >= ids.length ? "stop" : null };
         res.write(`data: ${JSON.stringify({ id: "c", choices: [choice] })}\n\n`);
@@ -110,8 +130,12 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing, socketP
     }
     // A JSON reply (direct, nginx, LiteLLM) leaves when the last token is sampled, by the same kind of timer as a streamed one's last chunk.
     const reply = replyTimer();
+    const key = req.headers["x-bench-request"];
+    const span: EngineSpan = { in: seen, read, out: NaN };
+    if (typeof key === "string") spans.set(key, span);
     await reply.due[0];
     reply.out();
+    span.out = wallMs();
     if (req.url === "/v1/messages") {
       const text = JSON.stringify({
         id: `msg_${n}`,
@@ -137,7 +161,7 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing, socketP
   });
   server.keepAliveTimeout = 60_000;
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const { zmq, unix } = await controlEngine(ids, model.tokenizer.size, streamTimers, replyTimer, held, socketPath);
+  const { zmq, unix } = await controlEngine(ids, model.tokenizer.size, streamTimers, replyTimer, held, () => spans, socketPath);
   console.log(JSON.stringify({ port: (server.address() as AddressInfo).port, zmq, unix }));
 }
 
@@ -155,17 +179,22 @@ async function controlEngine(
   streamTimers: () => ReplyTimers,
   replyTimer: () => ReplyTimers,
   held: Record<string, number>,
+  spans: () => SpanBook,
   path: string,
 ): Promise<{ zmq: string; unix: string }> {
   const reply = Int32Array.from(ids);
   const logprobs = new Float32Array(ids.length).fill(-0.5);
   type Send = (m: ControlMessage) => Promise<void>;
-  const serve = async (send: Send, m: ControlMessage & { kind: "generate" }, t0: number) => {
+  const serve = async (send: Send, m: ControlMessage & { kind: "generate" }, t0: number, span: EngineSpan) => {
+    spans().set(m.request_id, span);
     if (m.stream) {
       const timed = streamTimers();
       for (let i = 0; i < reply.length; i += 4) {
         await timed.due[i / 4];
-        if (i + 4 >= reply.length) timed.out();
+        if (i + 4 >= reply.length) {
+          timed.out();
+          span.out = wallMs();
+        }
         void send({ kind: "token_chunk", request_id: m.request_id, token_ids: reply.subarray(i, i + 4), logprobs: logprobs.subarray(i, i + 4), policy_version: 0 });
       }
     } else {
@@ -173,6 +202,7 @@ async function controlEngine(
       const timed = replyTimer();
       await timed.due[0];
       timed.out();
+      span.out = wallMs();
     }
     await send({
       kind: "generate_result", request_id: m.request_id, finish_reason: "stop", completion_token_ids: reply, logprobs,
@@ -183,10 +213,11 @@ async function controlEngine(
   };
   const onFrame = (send: Send, frame: Uint8Array) => {
     const t0 = performance.now();
+    const seen = wallMs();
     const m = decodeControl(frame);
     if (m.kind === "engine_hello")
       void send({ kind: "engine_info", model: "bench", policy_version: 0, vocab_size: vocabSize, max_context: 1 << 20, moe_layers: 0, top_k: 0, num_experts: 0, active_requests: 0, schema_version: SCHEMA_VERSION });
-    else if (m.kind === "generate") void serve(send, m, t0);
+    else if (m.kind === "generate") void serve(send, m, t0, { in: seen, read: wallMs(), out: NaN });
     // The bench never aborts a request that is still running; one that ended is unknown, as the Python engine says.
     else if (m.kind === "abort") void send({ kind: "error", code: "unknown_request", message: `no request ${m.request_id}`, batch_id: null, request_id: m.request_id, field: null });
   };

@@ -51,7 +51,11 @@
  *   phases      of the proxy's hop: reading the body, and parsing and planning it;
  *   engine late per path, direct included: how long after its due time (request read +
  *               decode time) the engine's timer let each reply's last token leave; the paired
- *               figures hold only while this is the same on every path.
+ *               figures hold only while this is the same on every path;
+ *   critical path per path, the p50 of each segment of a request's time outside the engine's
+ *               decode, from the driver's, the proxy's and the engine's marks on the shared
+ *               wall clock: to the handler, body, (proxy: plan, to the engine, engine to proxy,
+ *               reply,) reply to the client (stats.ts).
  * noise_floor_p50_ms / noise_floor_p99_ms are direct_again's paired figures: what the
  * instrument reads for a path that adds nothing (engine timers, the driver's event loop
  * and the two cores' scheduling differ between any two runs of the same request).
@@ -79,7 +83,7 @@ import { arg, DECODE_MS_PER_TOKEN, ROUNDS, SESSIONS, STREAM_PACING, strArg, TARG
 import { engineRole } from "./engine-role.ts";
 import { child, nginxAdded, startLitellm, startNginx, type Child } from "./peers.ts";
 import { proxyRole, type EngineClientKind, type ProxyStats } from "./proxy-role.ts";
-import { pairedAdded, pct } from "./stats.ts";
+import { directSegments, pairedAdded, pct, proxySegments, segmentMedians, type DriverSpan, type EngineSpan, type PathSegments } from "./stats.ts";
 import { APIS, drive, turnsPerSession, type Api, type Target } from "./workload.ts";
 
 const SELF = fileURLToPath(import.meta.url);
@@ -111,6 +115,14 @@ interface WorkloadResult {
   proxy_gc_max_ms: Record<string, number | null>;
   /** Per proxy path: p50 and p99 of two phases inside the hop, reading the body, and parsing and planning it. */
   proxy_phases_ms: Record<string, { body_read: [number, number]; plan: [number, number] }>;
+  /**
+   * Per path, where a request's time outside the engine's decode goes, segment by segment along
+   * the path (p50 of each over the measured requests; stats.ts directSegments / proxySegments),
+   * from the driver's, the proxy's and the engine's marks on the shared wall clock. Medians of
+   * segments do not add up to the median of their sum; this says where to look, the paired
+   * figures say how much a path adds.
+   */
+  critical_path_p50_ms: Record<string, Record<string, number>>;
 }
 
 const round = (x: number | null) => (x === null ? null : Number(x.toFixed(3)));
@@ -133,6 +145,10 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
   const proxyStats: Record<string, ProxyStats> = {};
   // Per path, how late the engine let each measured reply's last token leave (its GET /lateness).
   const late: Record<string, number[]> = {};
+  // Per path, each measured request's marks: the driver's (by session/turn) and the engine's (its GET /spans; by
+  // session/turn on the chat paths, by engine request id on the proxy's).
+  const driverSpans: Record<string, Map<string, DriverSpan>> = {};
+  const engineSpans: Record<string, Record<string, EngineSpan>> = {};
   const fixed = (url: string, headers: Record<string, string> = {}) => ({ url: () => url, headers: () => headers });
   const targets: Target[] = [];
   let nginx: Awaited<ReturnType<typeof startNginx>> = null;
@@ -167,15 +183,18 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
       targets.push({ name, url: (s) => sessions[s]!.url, headers: (s): Record<string, string> => (api === "openai" ? { authorization: `Bearer ${sessions[s]!.secret}` } : { "x-api-key": sessions[s]!.secret }) });
     }
     const lateness = async () => (await (await fetch(`http://127.0.0.1:${enginePort}/lateness`)).json()) as number[];
+    const spans = async () => (await (await fetch(`http://127.0.0.1:${enginePort}/spans`)).json()) as Record<string, EngineSpan>;
     // Sessions 0..SESSIONS-1 warm every path up; round r uses sessions r*SESSIONS.. (new texts, and new proxy sessions).
     for (const t of targets) await drive(t, 0, toolMs, api);
     await lateness();
+    await spans();
     for (let round = 1; round <= ROUNDS; round++)
       for (const t of targets) {
         await proxies[t.name]?.proc.ask("measure");
-        const lat = await drive(t, round * SESSIONS, toolMs, api);
+        const lat = await drive(t, round * SESSIONS, toolMs, api, (driverSpans[t.name] ??= new Map()));
         await proxies[t.name]?.proc.ask("pause");
         (late[t.name] ??= []).push(...(await lateness()));
+        Object.assign((engineSpans[t.name] ??= {}), await spans());
         const all = (e2e[t.name] ??= new Map());
         for (const [k, v] of lat) all.set(k, v);
         const xs = [...lat.values()];
@@ -209,6 +228,25 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
   const hops = [...Object.keys(PROXY_PATHS).flatMap((n) => [n, `${n}_with_engine_hop`]), "passthrough"];
   const ps = (f: (st: ProxyStats) => number) => Object.fromEntries(Object.keys(PROXY_PATHS).map((n) => [n, proxyStats[n] ? f(proxyStats[n]) : null]));
   const paired = Object.fromEntries(paths.map((n) => [n, e2e[n] && e2e["direct"] ? pairedAdded(e2e[n], e2e["direct"]) : undefined]));
+  const segments: Record<string, PathSegments[]> = {};
+  for (const [name, byKey] of Object.entries(driverSpans)) {
+    const rows: PathSegments[] = (segments[name] = []);
+    const engineBy = engineSpans[name] ?? {};
+    const proxyBy = proxyStats[name]?.spans;
+    if (proxyBy) {
+      // The proxy's request ids are its session's (b<session>, proxy-role.ts) and turn's: the driver's key is "session/turn".
+      for (const [requestId, p] of Object.entries(proxyBy)) {
+        const m = /^b(\d+)\/turn-(\d+)$/.exec(requestId);
+        const d = m ? byKey.get(`${m[1]}/${m[2]}`) : undefined;
+        const e = engineBy[requestId];
+        if (d && e) rows.push(proxySegments(d, p, e));
+      }
+    } else
+      for (const [key, d] of byKey) {
+        const e = engineBy[key];
+        if (e) rows.push(directSegments(d, e));
+      }
+  }
   const per = (f: (name: string) => number | null) => Object.fromEntries(paths.map((n) => [n, round(f(n))]));
   const result: WorkloadResult = {
     decode_ms_per_token: decodeMs,
@@ -226,7 +264,10 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
     proxy_gc_ms_per_request: ps((st) => st.gc_ms_per_request),
     proxy_gc_max_ms: ps((st) => st.gc_max_ms),
     proxy_phases_ms: Object.fromEntries(Object.entries(proxyStats).map(([n, st]) => [n, { body_read: [round(pct(st.body_ms, 50))!, round(pct(st.body_ms, 99))!], plan: [round(pct(st.plan_ms, 50))!, round(pct(st.plan_ms, 99))!] }])),
+    critical_path_p50_ms: Object.fromEntries(Object.entries(segments).filter(([, rows]) => rows.length > 0).map(([n, rows]) => [n, segmentMedians(rows)])),
   };
+  for (const [name, segs] of Object.entries(result.critical_path_p50_ms))
+    console.log(`${name.padEnd(12)} outside the engine's decode, p50 per segment: ${Object.entries(segs).map(([k, v]) => `${k} ${v}`).join(", ")} ms (n=${segments[name]!.length})`);
   console.log(`${label.padEnd(12)} paired added p50/p99: ${paths.map((n) => `${n} ${result.paired_added_p50_ms[n]}/${result.paired_added_p99_ms[n]} ms`).join(", ")}`);
   return result;
 }

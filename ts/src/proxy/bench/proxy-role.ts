@@ -14,6 +14,7 @@ import { loadProxyModel } from "../model.ts";
 import { ProxyServer } from "../server.ts";
 import { QWEN3_DIR } from "../test-support.ts";
 import { ROUNDS, SESSIONS } from "./args.ts";
+import { wallMs, type ProxySpan } from "./stats.ts";
 import { turnsPerSession } from "./workload.ts";
 
 export interface ProxyStats {
@@ -21,6 +22,8 @@ export interface ProxyStats {
   added: number[];
   /** Per measured request: wall time inside the proxy minus the time the engine process held the request (ms): own work plus the engine-client hop. */
   added_with_hop: number[];
+  /** Per measured request, by engine request id: its phases on the wall clock (main.ts lays them beside the driver's and the engine's). */
+  spans: Record<string, ProxySpan>;
   /** Measured requests with no engine call to subtract (should be 0). */
   unmatched: number;
   /** Per measured request: reading the body, and parsing and planning it (RequestEnd). */
@@ -35,24 +38,31 @@ export interface ProxyStats {
   gc_count: number;
 }
 
-/** `inner`, telling `done` how long each call spent waiting on it (sum of the waits for its next chunk). */
-function timedEngine(inner: EngineClient, done: (requestId: string, ms: number) => void): EngineClient {
+/** What timedEngine tells about a call: its wait on the engine (sum of the waits for its next chunk), when it was made and when its final chunk came (wall ms). */
+type EngineCall = { requestId: string; waited: number; call: number; last: number };
+
+/** `inner`, telling `done` about each call (EngineCall). */
+function timedEngine(inner: EngineClient, done: (call: EngineCall) => void): EngineClient {
   return {
     name: inner.name,
     close: () => inner.close(),
     async *generate(req, signal) {
+      const call = wallMs();
+      let last = NaN;
       const it = inner.generate(req, signal)[Symbol.asyncIterator]();
       let waited = 0;
       try {
         for (;;) {
           const t0 = performance.now();
           const next = await it.next();
-          waited += performance.now() - t0;
+          const t1 = performance.now();
+          waited += t1 - t0;
           if (next.done) return;
+          if (next.value.finish_reason) last = performance.timeOrigin + t1;
           yield next.value;
         }
       } finally {
-        done(req.request_id, waited);
+        done({ requestId: req.request_id, waited, call, last });
       }
     },
   };
@@ -68,18 +78,19 @@ export type EngineClientKind = "http" | "zmq" | "unix";
 export async function proxyRole(enginePort: number, statsOut: string, client: EngineClientKind, controlAddress: string): Promise<void> {
   const model = loadProxyModel(QWEN3_DIR);
   const engineUrl = `http://127.0.0.1:${enginePort}`;
-  const engineMs = new Map<string, { requestId: string; waited: number }>();
+  const engineMs = new Map<string, EngineCall>();
   if (client !== "http" && client !== "zmq" && client !== "unix") throw new Error(`bench proxy: unknown engine client ${JSON.stringify(client)} (http, zmq or unix)`);
   // The control protocol's client over the endpoint it is given: ZeroMQ (tcp://) or a Unix socket (unix://).
   const inner = client === "http" ? new VllmEngine({ baseUrl: engineUrl, model: "bench" }) : new ZmqEngine({ address: controlAddress, model: "bench" });
   // The engine's share of a request: the time its stream kept the proxy waiting (keyed by session; one call in flight per session).
-  const engine = timedEngine(inner, (requestId, waited) => engineMs.set(requestId.slice(0, requestId.lastIndexOf("/turn-")), { requestId, waited }));
+  const engine = timedEngine(inner, (call) => engineMs.set(call.requestId.slice(0, call.requestId.lastIndexOf("/turn-")), call));
   const added: number[] = [];
   // For added_with_hop once the engine's held times are fetched: handler wall time and engine request id per measured request.
   let unmatched = 0;
   const handled: Array<{ requestId: string; duration: number }> = [];
   const bodyMs: number[] = [];
   const planMs: number[] = [];
+  const spans: Record<string, ProxySpan> = {};
   // CPU time and GC pauses of the proxy process while the driver runs a measured
   // proxy run (it says "measure" and "pause" on stdin): between those runs the
   // process idles while other paths are measured, and V8 collects then too.
@@ -125,6 +136,8 @@ export async function proxyRole(enginePort: number, statsOut: string, client: En
         else {
           added.push(e.duration_ms - call.waited);
           handled.push({ requestId: call.requestId, duration: e.duration_ms });
+          const end = wallMs();
+          spans[call.requestId] = { start: end - e.duration_ms, body_ms: e.body_ms, plan_ms: e.plan_ms, call: call.call, last: call.last, end };
         }
         bodyMs.push(e.body_ms);
         planMs.push(e.plan_ms);
@@ -152,6 +165,7 @@ export async function proxyRole(enginePort: number, statsOut: string, client: En
     const stats: ProxyStats = {
       added,
       added_with_hop: addedWithHop,
+      spans,
       unmatched,
       body_ms: bodyMs,
       plan_ms: planMs,

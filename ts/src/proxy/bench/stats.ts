@@ -19,3 +19,47 @@ export function pairedAdded(path: Map<string, number>, direct: Map<string, numbe
   }
   return out;
 }
+
+/** Wall-clock milliseconds (performance.timeOrigin + now): comparable across the bench's processes on one host. */
+export const wallMs = () => performance.timeOrigin + performance.now();
+
+/** The driver's view of one request: when it started sending and when the reply's last byte arrived (wall ms). */
+export type DriverSpan = { start: number; end: number };
+/** The engine's view: request seen (HTTP headers, or the control frame's bytes), request read (body, or frame decoded), last token out. */
+export type EngineSpan = { in: number; read: number; out: number };
+/** The proxy's view: handler entered, its body and plan phases (ms), the engine call made, the final chunk had, the reply written. */
+export type ProxySpan = { start: number; body_ms: number; plan_ms: number; call: number; last: number; end: number };
+
+/** Where a request's time outside the engine's decode went, per segment (ms), in order along the path. */
+export type PathSegments = Record<string, number>;
+
+/** Direct: client -> engine handler, the body read there, and the reply from the last token to the client. */
+export function directSegments(d: DriverSpan, e: EngineSpan): PathSegments {
+  return { to_handler: e.in - d.start, body: e.read - e.in, reply_to_client: d.end - e.out };
+}
+
+/**
+ * Through the proxy: client -> proxy handler, its body and plan phases, plan -> the engine
+ * has read the call (engine client, wire, decode), last token -> the proxy has the final
+ * chunk, the reply written, and its way to the client.
+ */
+export function proxySegments(d: DriverSpan, p: ProxySpan, e: EngineSpan): PathSegments {
+  const planned = p.start + p.body_ms + p.plan_ms;
+  return {
+    to_handler: p.start - d.start,
+    body: p.body_ms,
+    plan: p.plan_ms,
+    to_engine: e.read - planned,
+    engine_to_proxy: p.last - e.out,
+    reply: p.end - p.last,
+    reply_to_client: d.end - p.end,
+  };
+}
+
+/** Per segment, its p50 over requests (segments keep the order of the first request's). */
+export function segmentMedians(rows: PathSegments[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  if (rows.length === 0) return out;
+  for (const k of Object.keys(rows[0]!)) out[k] = Number(pct(rows.map((r) => r[k]!), 50).toFixed(3));
+  return out;
+}

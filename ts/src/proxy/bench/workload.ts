@@ -9,6 +9,7 @@
  */
 import { Agent, request } from "node:http";
 import { CHARS_PER_TOKEN, SESSIONS, TARGET_TOKENS } from "./args.ts";
+import { wallMs, type DriverSpan } from "./stats.ts";
 
 const WORDS = "const let return await async function import export from class interface type error value result data file path config user test expect if else for while try catch throw new this null undefined true false string number object array map filter reduce push pop length index key console log".split(" ");
 function rng(seed: number) {
@@ -65,9 +66,11 @@ export function turnsPerSession(): number {
  * Runs all sessions concurrently against `target`; returns per-request latencies (ms) by "session/turn".
  * `offset` gives the warm-up run its own sessions and texts. With `toolMs` > 0 (the paced
  * workload) sessions start spread over `toolMs` and pause a seeded 0..2*toolMs between calls
- * (the harness running the tool), so they do not fire in lock-step waves.
+ * (the harness running the tool), so they do not fire in lock-step waves. Given `spans`, each
+ * request's start and the arrival of its reply's last byte, on the wall clock, go there too (by
+ * the same key, which every request also carries as `x-bench-request` for the engine's record).
  */
-export async function drive(target: Target, offset = 0, toolMs = 0, api: Api = "openai"): Promise<Map<string, number>> {
+export async function drive(target: Target, offset = 0, toolMs = 0, api: Api = "openai", spans?: Map<string, DriverSpan>): Promise<Map<string, number>> {
   // Keyed by session and turn: the same key is the same request on every path (see pairedAdded).
   const latencies = new Map<string, number>();
   // One keep-alive connection per session, as a harness holds one to its base URL.
@@ -86,10 +89,14 @@ export async function drive(target: Target, offset = 0, toolMs = 0, api: Api = "
         if (toolMs > 0 && turn > 0) await new Promise((r) => setTimeout(r, pause() * 2 * toolMs));
         // Serialized before the clock starts: the client's own work is not any path's latency.
         const payload = Buffer.from(conversation.request());
+        const key = `${session}/${turn}`;
+        const start = wallMs();
         const t0 = performance.now();
-        const res = await post(target.url(session) + PATHS[api], { "content-type": "application/json", ...target.headers(session) }, payload, agent);
+        const res = await post(target.url(session) + PATHS[api], { "content-type": "application/json", "x-bench-request": key, ...target.headers(session) }, payload, agent);
+        const arrived = performance.now();
         const body = JSON.parse(res.text) as Record<string, unknown>;
-        latencies.set(`${session}/${turn}`, performance.now() - t0);
+        latencies.set(key, performance.now() - t0);
+        spans?.set(key, { start, end: start + (arrived - t0) });
         if (res.status !== 200) throw new Error(`${target.name}: HTTP ${res.status} ${res.text.slice(0, 300)}`);
         conversation.reply(body, (what) => new Error(`${target.name}: ${what} in ${JSON.stringify(body).slice(0, 300)}`), codeText(turnTokens, session * 1000 + turn));
       }
