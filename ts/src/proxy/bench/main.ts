@@ -54,8 +54,8 @@
  *               figures hold only while this is the same on every path;
  *   critical path per path, the p50 of each segment of a request's time outside the engine's
  *               decode, from the driver's, the proxy's and the engine's marks on the shared
- *               wall clock: to the handler, body, (proxy: plan, to the engine, engine to proxy,
- *               reply,) reply to the client (stats.ts).
+ *               wall clock: to the handler, body, (proxy: plan, to the engine, engine to proxy,)
+ *               reply to the client (stats.ts).
  * noise_floor_p50_ms / noise_floor_p99_ms are direct_again's paired figures: what the
  * instrument reads for a path that adds nothing (engine timers, the driver's event loop
  * and the two cores' scheduling differ between any two runs of the same request).
@@ -139,6 +139,9 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
   const scratch = mkdtempSync(join(tmpdir(), "bench-proxy-"));
   const engine = child(process.execPath, [...PROXY_NODE_FLAGS, ...tsx, "--role", "engine", "--socket-path", join(scratch, "engine.sock"), "--sessions", String(SESSIONS), "--decode-ms-per-token", String(decodeMs), "--stream-pacing", STREAM_PACING]);
   const { port: enginePort, zmq: engineZmq, unix: engineUnix } = JSON.parse(await engine.firstLine) as { port: number; zmq: string; unix: string };
+  // Every path fails once the engine is gone: say so, with how it went, instead of leaving only the paths' errors.
+  let finished = false;
+  engine.proc.once("exit", (code, signal) => finished || console.error(`bench proxy: the engine process exited mid-workload (code ${code}, signal ${signal})`));
   const procs: ChildProcess[] = [engine.proc];
   const e2e: Record<string, Map<string, number>> = {};
   const hop: Record<string, number[]> = {};
@@ -217,6 +220,7 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
       console.log(`${name.padEnd(12)} cpu ${st.cpu_ms_per_request} ms/request (system ${st.cpu_system_ms_per_request}), gc ${st.gc_ms_per_request} ms/request (${st.gc_count} pauses, longest ${st.gc_max_ms} ms)`);
     }
   } finally {
+    finished = true;
     for (const p of procs) p.kill();
     rmSync(scratch, { recursive: true, force: true });
   }

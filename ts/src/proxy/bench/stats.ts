@@ -27,7 +27,11 @@ export const wallMs = () => performance.timeOrigin + performance.now();
 export type DriverSpan = { start: number; end: number };
 /** The engine's view: request seen (HTTP headers, or the control frame's bytes), request read (body, or frame decoded), last token out. */
 export type EngineSpan = { in: number; read: number; out: number };
-/** The proxy's view: handler entered, its body and plan phases (ms), the engine call made, the final chunk had, the reply written. */
+/**
+ * The proxy's view: handler entered, its body and plan phases (ms), the engine call made, the final
+ * chunk had, the response finished. `end` is for the record only: 'finish' comes a loop turn after the
+ * reply's bytes left, often after the client has them, so no segment ends there.
+ */
 export type ProxySpan = { start: number; body_ms: number; plan_ms: number; call: number; last: number; end: number };
 
 /** Where a request's time outside the engine's decode went, per segment (ms), in order along the path. */
@@ -41,7 +45,7 @@ export function directSegments(d: DriverSpan, e: EngineSpan): PathSegments {
 /**
  * Through the proxy: client -> proxy handler, its body and plan phases, plan -> the engine
  * has read the call (engine client, wire, decode), last token -> the proxy has the final
- * chunk, the reply written, and its way to the client.
+ * chunk, and from there to the client having the reply (detokenize, parse, record, write, deliver).
  */
 export function proxySegments(d: DriverSpan, p: ProxySpan, e: EngineSpan): PathSegments {
   const planned = p.start + p.body_ms + p.plan_ms;
@@ -51,8 +55,7 @@ export function proxySegments(d: DriverSpan, p: ProxySpan, e: EngineSpan): PathS
     plan: p.plan_ms,
     to_engine: e.read - planned,
     engine_to_proxy: p.last - e.out,
-    reply: p.end - p.last,
-    reply_to_client: d.end - p.end,
+    reply_to_client: d.end - p.last,
   };
 }
 
