@@ -108,6 +108,7 @@ describe("proxy server", () => {
 
   it("tells how long each request spent reading its body and planning its prompt", async () => {
     const ended: RequestEnd[] = [];
+    const before = Date.now();
     proxy = await startProxy(scriptedEngine(qwen3(), [{ text: "timed" }]), { onRequestEnd: (e) => ended.push(e) });
     const s = proxy.createSession("t");
     const call = (secret: string) =>
@@ -120,6 +121,10 @@ describe("proxy server", () => {
     expect(ok!.plan_ms).toBeGreaterThan(0);
     expect(ok!.body_ms).toBeGreaterThanOrEqual(0);
     expect(ok!.duration_ms).toBeGreaterThanOrEqual(ok!.body_ms + ok!.plan_ms);
+    // A span: it starts on the wall clock after the test began, and the second request's after the first one's end.
+    expect(ok!.started_at_ms).toBeGreaterThanOrEqual(before - 1);
+    expect(refused!.started_at_ms).toBeGreaterThanOrEqual(ok!.started_at_ms + ok!.duration_ms);
+    expect(refused!.started_at_ms + refused!.duration_ms).toBeLessThanOrEqual(Date.now() + 1);
     expect(refused).toMatchObject({ status: 401, body_ms: 0, plan_ms: 0 });
   });
 });

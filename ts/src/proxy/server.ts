@@ -51,6 +51,8 @@ export interface RequestEnd {
   session_id: string | null;
   path: string;
   status: number;
+  /** When the handler had the request's headers, in Unix epoch ms with sub-ms precision (performance.timeOrigin + now): a span's start. */
+  started_at_ms: number;
   /**
    * From the request's headers to its response's last byte handed to the socket ('finish'), or,
    * when the client went away first, to the connection's close.
@@ -159,7 +161,9 @@ export class ProxyServer {
       // write completes, a loop turn later (0.3 ms at p50 in the paced bench, more when busy).
       let finished: number | null = null;
       res.once("finish", () => (finished = performance.now()));
-      res.once("close", () => onEnd({ session_id: m?.[1] ?? null, path, status: res.statusCode, duration_ms: (finished ?? performance.now()) - t0, ...phases }));
+      res.once("close", () =>
+        onEnd({ session_id: m?.[1] ?? null, path, status: res.statusCode, started_at_ms: performance.timeOrigin + t0, duration_ms: (finished ?? performance.now()) - t0, ...phases }),
+      );
     }
     const flavor: ApiFlavor = path.startsWith("/v1/messages") ? "anthropic" : path === "/v1/responses" ? "responses" : "openai";
     try {

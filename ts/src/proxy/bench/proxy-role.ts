@@ -136,8 +136,7 @@ export async function proxyRole(enginePort: number, statsOut: string, client: En
         else {
           added.push(e.duration_ms - call.waited);
           handled.push({ requestId: call.requestId, duration: e.duration_ms });
-          const end = wallMs();
-          spans[call.requestId] = { start: end - e.duration_ms, body_ms: e.body_ms, plan_ms: e.plan_ms, call: call.call, last: call.last, end };
+          spans[call.requestId] = { start: e.started_at_ms, body_ms: e.body_ms, plan_ms: e.plan_ms, call: call.call, last: call.last, end: e.started_at_ms + e.duration_ms };
         }
         bodyMs.push(e.body_ms);
         planMs.push(e.plan_ms);
