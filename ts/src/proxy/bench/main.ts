@@ -141,7 +141,9 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
   const { port: enginePort, zmq: engineZmq, unix: engineUnix } = JSON.parse(await engine.firstLine) as { port: number; zmq: string; unix: string };
   // Every path fails once the engine is gone: say so, with how it went, instead of leaving only the paths' errors.
   let finished = false;
-  engine.proc.once("exit", (code, signal) => finished || console.error(`bench proxy: the engine process exited mid-workload (code ${code}, signal ${signal})`));
+  engine.proc.once("exit", (code, signal) => {
+    if (!finished) console.error(`bench proxy: the engine process exited mid-workload (code ${code}, signal ${signal})`);
+  });
   const procs: ChildProcess[] = [engine.proc];
   const e2e: Record<string, Map<string, number>> = {};
   const hop: Record<string, number[]> = {};
