@@ -6,6 +6,8 @@
  *   direct      client -> engine                      (the reference)
  *   direct_again client -> engine, again                (the instrument's noise floor: the reference paired with itself)
  *   passthrough client -> nginx -> engine             (floor: no templating or tokenization)
+ *   node_tcp_relay  client -> Node.js byte pipe -> engine (the host's price for a process in the path; relay-role.ts)
+ *   node_http_relay client -> Node.js node:http relay -> engine (the same, plus Node's HTTP server and client)
  *   litellm     client -> LiteLLM proxy -> engine     (when a `litellm` binary is found; one worker per core)
  *   proxy       client -> lego proxy -> engine        (template + tokenize + capture; vLLM client over HTTP)
  *   proxy_zmq   client -> lego proxy -> engine        (the same, with the ZeroMQ engine client)
@@ -68,7 +70,7 @@
  *
  * Run: pnpm exec tsx src/proxy/bench/main.ts [--sessions 64] [--target-tokens 30000] [--rounds 3]
  *        [--decode-ms-per-token 20] [--tool-ms 100] [--stream-pacing decode|end] [--workloads paced,back_to_back] [--apis openai,anthropic]
- *        [--only direct,direct_again,passthrough,litellm,proxy,proxy_zmq,proxy_unix]
+ *        [--only direct,direct_again,passthrough,node_tcp_relay,node_http_relay,litellm,proxy,proxy_zmq,proxy_unix]
  * The proxy process runs with the V8 flags `lego` uses (node-flags.ts); so do the driver and the engine, so the instrument's own collections stay rare.
  * Profiling the proxy process: --cpu-prof-dir DIR (node's --cpu-prof), --proxy-node-flags "--trace-gc".
  * Last stdout line: {"bench":"proxy","measure":...,"overhead_p50_ms",...,"anthropic_overhead_p50_ms",...}.
@@ -83,6 +85,7 @@ import { arg, DECODE_MS_PER_TOKEN, ROUNDS, SESSIONS, STREAM_PACING, strArg, TARG
 import { engineRole } from "./engine-role.ts";
 import { child, nginxAdded, startLitellm, startNginx, type Child } from "./peers.ts";
 import { proxyRole, type EngineClientKind, type ProxyStats } from "./proxy-role.ts";
+import { RELAY_PATHS, relayRole, type RelayKind } from "./relay-role.ts";
 import { directSegments, pairedAdded, pct, proxySegments, segmentMedians, type DriverSpan, type EngineSpan, type PathSegments } from "./stats.ts";
 import { APIS, drive, turnsPerSession, type Api, type Target } from "./workload.ts";
 
@@ -97,6 +100,9 @@ interface WorkloadResult {
   paired_added_p99_ms: Record<string, number | null>;
   /** Share of requests whose paired difference is negative (the direct call was slower). */
   paired_negative_share: Record<string, number | null>;
+  /** Per proxy path: its latency minus node_tcp_relay's for the same request (the proxy's work beyond a bare process hop), then the percentile. */
+  paired_over_tcp_relay_p50_ms: Record<string, number | null>;
+  paired_over_tcp_relay_p99_ms: Record<string, number | null>;
   /** Inside the hop (proxy: handler wall time minus engine waits; proxy_with_engine_hop: minus the engine's own time; nginx: from its log). */
   in_hop_p50_ms: Record<string, number | null>;
   in_hop_p99_ms: Record<string, number | null>;
@@ -167,6 +173,13 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
       procs.push(nginx.proc);
       targets.push({ name: "passthrough", ...fixed(nginx.url) });
     } else if (want("passthrough")) console.log("passthrough: nginx not found (apt-get install nginx-light)");
+    // Node.js processes that only forward (relay-role.ts), with the proxy's V8 flags: what the host and Node's HTTP layer charge for a hop.
+    for (const [name, kind] of Object.entries(RELAY_PATHS)) {
+      if (!want(name)) continue;
+      const relay = child(process.execPath, [...PROXY_NODE_FLAGS, ...tsx, "--role", "relay", "--relay", kind, "--engine-port", String(enginePort)]);
+      procs.push(relay.proc);
+      targets.push({ name, ...fixed((JSON.parse(await relay.firstLine) as { url: string }).url) });
+    }
     // LiteLLM would turn Messages into a Chat Completions call to the engine: not the same hop, so it runs the OpenAI workload only.
     const litellm = want("litellm") && api === "openai" ? await startLitellm(enginePort, mkdtempSync(join(scratch, "litellm-")), strArg("litellm-bin", "")) : null;
     if (litellm) {
@@ -230,10 +243,12 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
   for (const [name, st] of Object.entries(proxyStats))
     console.log(`${name.padEnd(12)} of which reading the body p50=${pct(st.body_ms, 50).toFixed(2)}ms p99=${pct(st.body_ms, 99).toFixed(2)}ms, parsing and planning p50=${pct(st.plan_ms, 50).toFixed(2)}ms p99=${pct(st.plan_ms, 99).toFixed(2)}ms`);
   const q = (xs: number[] | undefined, p: number) => (xs && xs.length ? pct(xs, p) : null);
-  const paths = [...Object.keys(PROXY_PATHS), "passthrough", "litellm", "direct_again"];
+  const paths = [...Object.keys(PROXY_PATHS), "passthrough", ...Object.keys(RELAY_PATHS), "litellm", "direct_again"];
   const hops = [...Object.keys(PROXY_PATHS).flatMap((n) => [n, `${n}_with_engine_hop`]), "passthrough"];
   const ps = (f: (st: ProxyStats) => number) => Object.fromEntries(Object.keys(PROXY_PATHS).map((n) => [n, proxyStats[n] ? f(proxyStats[n]) : null]));
   const paired = Object.fromEntries(paths.map((n) => [n, e2e[n] && e2e["direct"] ? pairedAdded(e2e[n], e2e["direct"]) : undefined]));
+  // Each proxy path against the bare hop, request by request: the proxy's work beyond what any process in the path costs.
+  const overRelay = Object.fromEntries(Object.keys(PROXY_PATHS).map((n) => [n, e2e[n] && e2e["node_tcp_relay"] ? pairedAdded(e2e[n], e2e["node_tcp_relay"]) : undefined]));
   const segments: Record<string, PathSegments[]> = {};
   for (const [name, byKey] of Object.entries(driverSpans)) {
     const rows: PathSegments[] = (segments[name] = []);
@@ -260,6 +275,8 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
     paired_added_p50_ms: per((n) => q(paired[n], 50)),
     paired_added_p99_ms: per((n) => q(paired[n], 99)),
     paired_negative_share: per((n) => (paired[n]?.length ? paired[n]!.filter((x) => x < 0).length / paired[n]!.length : null)),
+    paired_over_tcp_relay_p50_ms: Object.fromEntries(Object.keys(PROXY_PATHS).map((n) => [n, round(q(overRelay[n], 50))])),
+    paired_over_tcp_relay_p99_ms: Object.fromEntries(Object.keys(PROXY_PATHS).map((n) => [n, round(q(overRelay[n], 99))])),
     in_hop_p50_ms: Object.fromEntries(hops.map((n) => [n, round(q(hop[n], 50))])),
     in_hop_p99_ms: Object.fromEntries(hops.map((n) => [n, round(q(hop[n], 99))])),
     direct_p50_ms: round(q(e2e["direct"] && [...e2e["direct"].values()], 50)),
@@ -274,6 +291,8 @@ async function workload(label: string, decodeMs: number, toolMs: number, api: Ap
   };
   for (const [name, segs] of Object.entries(result.critical_path_p50_ms))
     console.log(`${name.padEnd(12)} outside the engine's decode, p50 per segment: ${Object.entries(segs).map(([k, v]) => `${k} ${v}`).join(", ")} ms (n=${segments[name]!.length})`);
+  if (e2e["node_tcp_relay"])
+    console.log(`${label.padEnd(12)} over node_tcp_relay, paired p50/p99: ${Object.keys(PROXY_PATHS).map((n) => `${n} ${result.paired_over_tcp_relay_p50_ms[n]}/${result.paired_over_tcp_relay_p99_ms[n]} ms`).join(", ")}`);
   console.log(`${label.padEnd(12)} paired added p50/p99: ${paths.map((n) => `${n} ${result.paired_added_p50_ms[n]}/${result.paired_added_p99_ms[n]} ms`).join(", ")}`);
   return result;
 }
@@ -311,6 +330,10 @@ async function driver(): Promise<void> {
       proxy_in_handler_with_engine_hop_p50_ms: head.in_hop_p50_ms["proxy_with_engine_hop"],
       proxy_in_handler_with_engine_hop_p99_ms: head.in_hop_p99_ms["proxy_with_engine_hop"],
       passthrough_p50_ms: floor,
+      // A Node.js process that only pipes bytes (relay-role.ts): the host's price for any process in the path.
+      node_tcp_relay_p50_ms: head.paired_added_p50_ms["node_tcp_relay"] ?? null,
+      node_http_relay_p50_ms: head.paired_added_p50_ms["node_http_relay"] ?? null,
+      unix_over_tcp_relay_p50_ms: head.paired_over_tcp_relay_p50_ms["proxy_unix"] ?? null,
       vs_passthrough_p50: ratio(head.paired_added_p50_ms["proxy"], floor),
       vs_litellm: ratio(head.paired_added_p50_ms["proxy"], head.paired_added_p50_ms["litellm"]),
       litellm_workers: want("litellm") ? availableParallelism() : null,
@@ -339,6 +362,7 @@ async function driver(): Promise<void> {
 const role = process.argv[process.argv.indexOf("--role") + 1];
 if (process.argv.includes("--role") && role === "engine") await engineRole(arg("decode-ms-per-token", 0), STREAM_PACING, strArg("socket-path", ""));
 else if (process.argv.includes("--role") && role === "proxy") await proxyRole(arg("engine-port", 0), strArg("stats-out", ""), strArg("engine-client", "http") as EngineClientKind, strArg("engine-control", ""));
+else if (process.argv.includes("--role") && role === "relay") await relayRole(strArg("relay", "") as RelayKind, arg("engine-port", 0));
 else if (process.argv.includes("--role") && role === "driver") await driver();
 else {
   // The driver is the measuring instrument for every path: its own GC pauses (it
