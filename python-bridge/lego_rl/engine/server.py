@@ -6,7 +6,9 @@
    continuous batch between decode steps.
 2. Every ZeroMQ message is one msgpack control frame (docs/model.md "Serving over ZeroMQ"). A
    client sends EngineHello, GenerateRequest or Abort; the server answers EngineInfo,
-   TokenChunk per sampled token (when `stream`) and one GenerateResult per request.
+   TokenChunk per sampled token (when `stream`) and one GenerateResult per request;
+   a request that asks for `final_tokens_in_result` (schema 2.4) gets no chunk for the
+   step that ends it: those tokens come in its result, one frame less per request.
 3. Bad input never stops the server: an undecodable frame, a message of the wrong
    kind, an unknown model name or policy version, and every `InvalidRequestError`
    become an Error reply (code, message, request_id, field) and the loop goes on.
@@ -131,6 +133,8 @@ class _Pending:
     request_id: str
     """The client's id (the engine's is `<peer hex>/<request_id>`)."""
     stream: bool
+    final_in_result: bool
+    """Streaming, and the step that ends the request sends its tokens in the result only."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -211,8 +215,9 @@ class EngineServer:
             except Exception as error:  # noqa: BLE001 - any failure of a step fails its requests, never the server
                 self._fail_step(error)
                 return
+            ending = {e.request_id for e in events if isinstance(e, GenerationResult)}
             for event in events:
-                self._dispatch(event)
+                self._dispatch(event, ending)
             self._apply_held_update()
 
     def close(self) -> None:
@@ -290,7 +295,7 @@ class EngineServer:
             # The engine's message names the scoped key; the client knows its own id.
             self._error(peer, "invalid_request", str(error).replace(repr(key), repr(rid)), request_id=rid, bad_field=error.field)
             return
-        self._pending[key] = _Pending(peer=peer, request_id=rid, stream=req.stream)
+        self._pending[key] = _Pending(peer=peer, request_id=rid, stream=req.stream, final_in_result=req.stream and req.final_tokens_in_result is True)
         self.stats["requests"] += 1
 
     def _abort(self, peer: bytes, rid: str) -> None:
@@ -376,10 +381,11 @@ class EngineServer:
 
     # ------------------------------------------------------------ replies out
 
-    def _dispatch(self, event: TokenEvent | GenerationResult) -> None:
+    def _dispatch(self, event: TokenEvent | GenerationResult, ending: set[str] | frozenset[str] = frozenset()) -> None:
+        """`ending`: the requests whose result this step also sends (their last tokens may go with it)."""
         if isinstance(event, TokenEvent):
             pending = self._pending[event.request_id]
-            if pending.stream:
+            if pending.stream and not (pending.final_in_result and event.request_id in ending):
                 self._send(pending.peer, TokenChunk(
                     request_id=pending.request_id,
                     token_ids=np.array([event.token_id], dtype=np.int32),

@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-SCHEMA_VERSION = "2.3.0"
+SCHEMA_VERSION = "2.4.0"
 SCHEMA_MAJOR = 2
 
 # Routing values: uint8 when the model has at most 256 experts, else uint16.
@@ -402,9 +402,11 @@ class GenerateRequest:
     """Per-request sampling seed; nil lets the engine draw one (reported in the result)."""
     stream: bool
     """Send TokenChunks as tokens are sampled; false sends only the GenerateResult."""
+    final_tokens_in_result: bool | None = None
+    """With stream: true lets the engine leave unsent the TokenChunk of the step that ends the request, whose tokens then come only in the GenerateResult (one frame less per request); the chunks then concatenate to a prefix of the result's completion_token_ids. Nil or false: every token is streamed first (2.4; engines before 2.4 ignore it)."""
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and all(_same(getattr(self, n), getattr(other, n)) for n in ("request_id", "model", "policy_version", "prompt_token_ids", "temperature", "top_p", "max_tokens", "stop_token_ids", "seed", "stream",))
+        return type(other) is type(self) and all(_same(getattr(self, n), getattr(other, n)) for n in ("request_id", "model", "policy_version", "prompt_token_ids", "temperature", "top_p", "max_tokens", "stop_token_ids", "seed", "stream", "final_tokens_in_result",))
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -439,7 +441,7 @@ class GenerateResult:
     finish_reason: FinishReason
     """stop, length or abort."""
     completion_token_ids: npt.NDArray[np.int32]
-    """Every sampled token (the concatenation of the request's TokenChunks)."""
+    """Every sampled token: the request's TokenChunks concatenated, then those of its last step when the request asked for final_tokens_in_result."""
     logprobs: npt.NDArray[np.float32]
     """One per completion token."""
     prompt_routing: npt.NDArray[np.uint16]
@@ -696,6 +698,7 @@ MESSAGE_FIELDS: dict[str, tuple[FieldDescriptor, ...]] = {
         FieldDescriptor(name="stop_token_ids", nullable=False, kind="array", element="int32"),
         FieldDescriptor(name="seed", nullable=True, kind="scalar", scalar="int64"),
         FieldDescriptor(name="stream", nullable=False, kind="scalar", scalar="bool"),
+        FieldDescriptor(name="final_tokens_in_result", nullable=True, kind="scalar", scalar="bool"),
     ),
     "token_chunk": (
         FieldDescriptor(name="request_id", nullable=False, kind="scalar", scalar="string"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import socket
@@ -103,6 +104,20 @@ def test_without_stream_only_the_result_is_sent_and_an_unseeded_request_reports_
     result = client.recv()
     assert isinstance(result, GenerateResult) and len(result.completion_token_ids) == 3
     assert 0 <= result.seed < 2**53
+
+
+def test_a_request_asking_for_its_final_tokens_in_the_result_gets_no_chunk_for_its_last_step(model_dir: Path, client: Client):
+    plain = generate("plain", list(b"Hello"), max_tokens=6)
+    folded = dataclasses.replace(plain, request_id="folded", final_tokens_in_result=True)
+    reference = Engine.from_model_dir(model_dir, ENGINE).generate([as_engine_request(plain)])["plain"]
+    for req in (folded, plain):
+        client.send(req)
+        chunks, result = client.until_result(req.request_id)
+        streamed = [int(t) for c in chunks for t in c.token_ids]
+        # The result always has the whole completion; the chunks are all of it, or all but the step that ended it.
+        assert result.completion_token_ids.tolist() == reference.completion_token_ids
+        assert streamed == (reference.completion_token_ids[:-1] if req is folded else reference.completion_token_ids)
+        assert np.concatenate([c.logprobs for c in chunks]).tobytes() == result.logprobs[: len(streamed)].tobytes()
 
 
 def test_hello_describes_the_served_model(server: EngineServer, client: Client):

@@ -7,10 +7,15 @@
  *    TokenChunk, GenerateResult, Abort, EngineHello/EngineInfo, Error). Replies
  *    are routed to the waiting `generate` by `request_id`.
  * 2. Tokens stream as TokenChunks (unless the request says `stream: false`: then
- *    the GenerateResult alone carries them, and `generate` yields them with it). A token's routing row exists only once the
+ *    the GenerateResult alone carries them, and `generate` yields them with it).
+ *    A streamed request asks for `final_tokens_in_result` (schema 2.4): the tokens
+ *    of the step that ends it come in the GenerateResult only, one frame less per
+ *    call; `generate` yields the result's tokens past the streamed ones with it
+ *    (an engine before 2.4 streams them all, and none are past). A token's routing row exists only once the
  *    engine has fed it back as input, so the routing of the whole completion
  *    (and the prompt's) arrives with the GenerateResult: `generate` yields it as
- *    a last chunk with no new tokens, whose `routing_recorded` covers them all.
+ *    a last chunk (with the last step's tokens when the engine left them to the
+ *    result, else none new), whose `routing_recorded` covers them all.
  *    The last sampled token is never fed back (the engine finishes in the step
  *    that samples it), so its row is zero padding with `routing_recorded` 0.
  * 3. Routing crosses the wire as uint16 and is narrowed to uint8 when the model
@@ -197,6 +202,7 @@ export class ZmqEngine implements EngineClient {
         stop_token_ids: Int32Array.from(req.sampling.stop_token_ids),
         seed: req.sampling.seed,
         stream: req.stream !== false,
+        final_tokens_in_result: req.stream !== false,
       });
       const streamed: number[] = [];
       for (;;) {
@@ -255,17 +261,17 @@ export class ZmqEngine implements EngineClient {
 
   private lastChunk(req: GenerateRequest, result: GenerateResult, streamed: number[], info: EngineInfo): GenerateChunk {
     const ids = result.completion_token_ids;
-    // Sent whole (stream false), the result's tokens are the completion; streamed, they must repeat the chunks.
-    const whole = req.stream === false && streamed.length === 0;
-    if (!whole && (ids.length !== streamed.length || ids.some((t, i) => t !== streamed[i]))) {
+    // The result has every token: those streamed first (all of them, all but the last step's, or none when sent whole), then the rest.
+    const tail = streamed.length;
+    if (ids.length < tail || streamed.some((t, i) => t !== ids[i])) {
       throw new EngineError(this.name, `request ${req.request_id}: result has ${ids.length} tokens but ${streamed.length} were streamed, or they differ`);
     }
-    if (whole && result.logprobs.length !== ids.length) {
+    if (result.logprobs.length !== ids.length) {
       throw new EngineError(this.name, `request ${req.request_id}: result has ${ids.length} tokens but ${result.logprobs.length} logprobs`);
     }
     const width = result.moe_layers * result.top_k;
     const chunk: GenerateChunk = {
-      token_ids: whole ? Array.from(ids) : [], logprobs: whole ? Array.from(result.logprobs) : [], routing: null, policy_version: result.policy_version, finish_reason: result.finish_reason,
+      token_ids: Array.from(ids.subarray(tail)), logprobs: Array.from(result.logprobs.subarray(tail)), routing: null, policy_version: result.policy_version, finish_reason: result.finish_reason,
       cached_prompt_tokens: result.cached_prompt_tokens,
     };
     if (width === 0) return chunk; // a dense model has no routing

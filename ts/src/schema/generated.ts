@@ -4,7 +4,7 @@ import {
   Uint8, Uint16, Uint32, Utf8, type DataType,
 } from "apache-arrow";
 
-export const SCHEMA_VERSION = "2.3.0";
+export const SCHEMA_VERSION = "2.4.0";
 export const SCHEMA_MAJOR = 2;
 
 /** Routing values: uint8 when the model has at most 256 experts, else uint16. */
@@ -354,6 +354,8 @@ export interface GenerateRequest {
   seed: number | null;
   /** Send TokenChunks as tokens are sampled; false sends only the GenerateResult. */
   stream: boolean;
+  /** With stream: true lets the engine leave unsent the TokenChunk of the step that ends the request, whose tokens then come only in the GenerateResult (one frame less per request); the chunks then concatenate to a prefix of the result's completion_token_ids. Nil or false: every token is streamed first (2.4; engines before 2.4 ignore it). */
+  final_tokens_in_result: boolean | null;
 }
 
 /** Engine -> client: newly sampled tokens of one request, all from one policy version. Chunks of a request concatenate. */
@@ -376,7 +378,7 @@ export interface GenerateResult {
   request_id: string;
   /** stop, length or abort. */
   finish_reason: FinishReason;
-  /** Every sampled token (the concatenation of the request's TokenChunks). */
+  /** Every sampled token: the request's TokenChunks concatenated, then those of its last step when the request asked for final_tokens_in_result. */
   completion_token_ids: Int32Array;
   /** One per completion token. */
   logprobs: Float32Array;
@@ -632,6 +634,7 @@ export const MESSAGE_FIELDS: { readonly [K in ControlKind]: readonly MessageFiel
     { name: "stop_token_ids", nullable: false, type: { kind: "array", element: "int32" } },
     { name: "seed", nullable: true, type: { kind: "scalar", scalar: "int64" } },
     { name: "stream", nullable: false, type: { kind: "scalar", scalar: "bool" } },
+    { name: "final_tokens_in_result", nullable: true, type: { kind: "scalar", scalar: "bool" } },
   ],
   token_chunk: [
     { name: "request_id", nullable: false, type: { kind: "scalar", scalar: "string" } },
