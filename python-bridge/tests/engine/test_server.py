@@ -120,6 +120,29 @@ def test_a_request_asking_for_its_final_tokens_in_the_result_gets_no_chunk_for_i
         assert np.concatenate([c.logprobs for c in chunks]).tobytes() == result.logprobs[: len(streamed)].tobytes()
 
 
+def test_a_folded_request_ending_in_the_same_step_as_another_clients_plain_one_of_the_same_id_leaves_that_ones_chunks_alone(
+        server: EngineServer, client: Client):
+    other = Client(server.address)
+    try:
+        plain = generate("same", list(b"Hello"), max_tokens=5)
+        # The request ids are scoped per client, so only this client's request may leave its last step to the result.
+        client.send(dataclasses.replace(plain, final_tokens_in_result=True))
+        other.send(plain)
+        folded_chunks, folded = client.until_result("same")
+        plain_chunks, result = other.until_result("same")
+        assert folded.completion_token_ids.tolist() == result.completion_token_ids.tolist() and len(result.completion_token_ids) == 5
+        assert [int(t) for c in plain_chunks for t in c.token_ids] == result.completion_token_ids.tolist()
+        assert [int(t) for c in folded_chunks for t in c.token_ids] == folded.completion_token_ids.tolist()[:-1]
+        # Ending on a stop token instead of the length: the same, the stop token in the result only.
+        stop = int(result.completion_token_ids[2])
+        client.send(dataclasses.replace(plain, request_id="stops", stop_token_ids=np.array([stop], dtype=np.int32), final_tokens_in_result=True))
+        chunks, stopped = client.until_result("stops")
+        assert stopped.finish_reason == "stop" and stopped.completion_token_ids.tolist()[-1] == stop
+        assert [int(t) for c in chunks for t in c.token_ids] == stopped.completion_token_ids.tolist()[:-1]
+    finally:
+        other.close()
+
+
 def test_hello_describes_the_served_model(server: EngineServer, client: Client):
     client.send(EngineHello(client_id="test", schema_version=SCHEMA_VERSION))
     info = client.recv()

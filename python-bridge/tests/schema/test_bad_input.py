@@ -28,7 +28,7 @@ from lego_rl.schema import (
     record_differences,
     trainable_problems,
 )
-from lego_rl.schema.generated import SCHEMA_MAJOR
+from lego_rl.schema.generated import SCHEMA_MAJOR, Abort
 from lego_rl.schema.vectors import build_batch, load_cases
 
 CASES = load_cases()
@@ -204,6 +204,15 @@ def test_control_frames_that_are_not_msgpack_maps_are_refused() -> None:
 def test_a_control_message_of_unknown_kind_is_refused_listing_the_known_kinds() -> None:
     with pytest.raises(ControlMessageError, match=r"unknown control message kind 'nack'; known: \['abort', 'ack'"):
         decode_control(msgpack.packb({"kind": "nack"}))
+
+
+def test_a_control_message_from_a_newer_minor_reads_past_its_new_keys_and_one_from_an_older_minor_reads_its_missing_ones_as_none() -> None:
+    # A 2.4 client's generate reaches a 2.3 engine with a key that engine does not know, and the reverse.
+    newer = {"kind": "abort", "request_id": "r", "from_a_later_minor": True}
+    assert decode_control(msgpack.packb(newer)) == Abort(request_id="r")
+    older = {"kind": "generate", "request_id": "r", "model": None, "policy_version": None, "prompt_token_ids": b"\x01\x00\x00\x00",
+             "temperature": 0.0, "top_p": 1.0, "max_tokens": 1, "stop_token_ids": b"", "seed": None, "stream": True}
+    assert decode_control(msgpack.packb(older, use_bin_type=True)).final_tokens_in_result is None
 
 
 def test_a_control_message_with_a_missing_or_mistyped_field_is_refused() -> None:

@@ -14,12 +14,13 @@ import { FrameReader, frameBytes } from "./wire.ts";
 import { EngineError, type GenerateChunk } from "./types.ts";
 import { ZmqEngine } from "./zmq.ts";
 
-/** What the scripted engine streams before its result: every token, or all but the last step's. */
-type Script = { streamed: number[]; result: number[] };
+/** What the scripted engine streams before its result (every token, or all but the last step's), and which version sampled each. */
+type Script = { streamed: number[]; result: number[]; versions: number[] };
 const SCRIPTS: Record<string, Script> = {
-  "from-2.4": { streamed: [11, 12], result: [11, 12, 13] },
-  "before-2.4": { streamed: [11, 12, 13], result: [11, 12, 13] },
-  "differs": { streamed: [11, 12], result: [11, 99, 13] },
+  // A weight update landed before the last step: its token was sampled by version 1.
+  "from-2.4": { streamed: [11, 12], result: [11, 12, 13], versions: [0, 0, 1] },
+  "before-2.4": { streamed: [11, 12, 13], result: [11, 12, 13], versions: [0, 0, 0] },
+  "differs": { streamed: [11, 12], result: [11, 99, 13], versions: [0, 0, 0] },
 };
 
 let dir: string;
@@ -38,11 +39,11 @@ beforeAll(async () => {
       if (m.kind !== "generate") return;
       asked.push(m.final_tokens_in_result);
       const script = SCRIPTS[m.request_id]!;
-      for (const t of script.streamed) send({ kind: "token_chunk", request_id: m.request_id, token_ids: Int32Array.of(t), logprobs: Float32Array.of(-t / 100), policy_version: 0 });
+      script.streamed.forEach((t, k) => send({ kind: "token_chunk", request_id: m.request_id, token_ids: Int32Array.of(t), logprobs: Float32Array.of(-t / 100), policy_version: script.versions[k]! }));
       send({
         kind: "generate_result", request_id: m.request_id, finish_reason: "stop", completion_token_ids: Int32Array.from(script.result),
         logprobs: Float32Array.from(script.result, (t) => -t / 100), prompt_routing: new Uint16Array(0), completion_routing: new Uint16Array(0),
-        moe_layers: 0, top_k: 0, policy_version: 0, seed: 1, policy_versions: null, cached_prompt_tokens: null,
+        moe_layers: 0, top_k: 0, policy_version: Math.min(...script.versions), seed: 1, policy_versions: Int32Array.from(script.versions), cached_prompt_tokens: null,
       });
     });
     socket.on("data", (chunk: Buffer) => reader.push(chunk)).on("error", () => undefined);
@@ -65,11 +66,13 @@ async function call(id: string): Promise<GenerateChunk[]> {
 }
 
 describe("ZmqEngine's end of a streamed call", () => {
-  it("asks for the last step's tokens in the result and yields them with it, as the last chunk", async () => {
+  it("asks for the last step's tokens in the result and yields them as a chunk of their own, with the version that sampled them", async () => {
     const chunks = await call("from-2.4");
     expect(asked.at(-1)).toBe(true);
-    expect(chunks.map((c) => c.token_ids)).toEqual([[11], [12], [13]]);
-    expect(chunks.at(-1)).toMatchObject({ finish_reason: "stop", logprobs: [Math.fround(-0.13)] });
+    expect(chunks.map((c) => c.token_ids)).toEqual([[11], [12], [13], []]);
+    expect(chunks.map((c) => c.policy_version)).toEqual([0, 0, 1, 0]); // the last chunk: the call's oldest
+    expect(chunks[2]).toMatchObject({ finish_reason: null, logprobs: [Math.fround(-0.13)] });
+    expect(chunks.at(-1)).toMatchObject({ finish_reason: "stop", logprobs: [] });
   });
 
   it("takes an engine before 2.4, which streamed every token, the same way: the last chunk adds none", async () => {

@@ -10,12 +10,12 @@
  *    the GenerateResult alone carries them, and `generate` yields them with it).
  *    A streamed request asks for `final_tokens_in_result` (schema 2.4): the tokens
  *    of the step that ends it come in the GenerateResult only, one frame less per
- *    call; `generate` yields the result's tokens past the streamed ones with it
- *    (an engine before 2.4 streams them all, and none are past). A token's routing row exists only once the
+ *    call; `generate` yields the result's tokens past the streamed ones as token
+ *    chunks of their own, each with the version that sampled it (an engine before
+ *    2.4 streams them all, and none are past). A token's routing row exists only once the
  *    engine has fed it back as input, so the routing of the whole completion
  *    (and the prompt's) arrives with the GenerateResult: `generate` yields it as
- *    a last chunk (with the last step's tokens when the engine left them to the
- *    result, else none new), whose `routing_recorded` covers them all.
+ *    a last chunk with no new tokens, whose `routing_recorded` covers them all.
  *    The last sampled token is never fed back (the engine finishes in the step
  *    that samples it), so its row is zero padding with `routing_recorded` 0.
  * 3. Routing crosses the wire as uint16 and is narrowed to uint8 when the model
@@ -215,7 +215,7 @@ export class ZmqEngine implements EngineClient {
           continue;
         }
         finished = true;
-        yield this.lastChunk(req, reply, streamed, info);
+        yield* this.lastChunks(req, reply, streamed, info);
         return;
       }
     } finally {
@@ -259,7 +259,13 @@ export class ZmqEngine implements EngineClient {
     return this.firstInfo;
   }
 
-  private lastChunk(req: GenerateRequest, result: GenerateResult, streamed: number[], info: EngineInfo): GenerateChunk {
+  /**
+   * The end of a call from its GenerateResult: the last step's tokens when the engine left them to
+   * the result (2.4), as token chunks of their own (one per run of the version that sampled them,
+   * from `policy_versions`), then the last chunk, with the routing and the call's oldest version
+   * (and every token when the completion was sent whole).
+   */
+  private lastChunks(req: GenerateRequest, result: GenerateResult, streamed: number[], info: EngineInfo): GenerateChunk[] {
     const ids = result.completion_token_ids;
     // The result has every token: those streamed first (all of them, all but the last step's, or none when sent whole), then the rest.
     const tail = streamed.length;
@@ -269,12 +275,20 @@ export class ZmqEngine implements EngineClient {
     if (result.logprobs.length !== ids.length) {
       throw new EngineError(this.name, `request ${req.request_id}: result has ${ids.length} tokens but ${result.logprobs.length} logprobs`);
     }
+    const whole = req.stream === false && tail === 0;
+    const out: GenerateChunk[] = [];
+    const versionAt = (k: number) => result.policy_versions?.[k] ?? result.policy_version;
+    for (let from = tail, to = tail; !whole && from < ids.length; from = to) {
+      while (to < ids.length && versionAt(to) === versionAt(from)) to++;
+      out.push({ token_ids: Array.from(ids.subarray(from, to)), logprobs: Array.from(result.logprobs.subarray(from, to)), routing: null, policy_version: versionAt(from), finish_reason: null });
+    }
     const width = result.moe_layers * result.top_k;
     const chunk: GenerateChunk = {
-      token_ids: Array.from(ids.subarray(tail)), logprobs: Array.from(result.logprobs.subarray(tail)), routing: null, policy_version: result.policy_version, finish_reason: result.finish_reason,
+      token_ids: whole ? Array.from(ids) : [], logprobs: whole ? Array.from(result.logprobs) : [], routing: null, policy_version: result.policy_version, finish_reason: result.finish_reason,
       cached_prompt_tokens: result.cached_prompt_tokens,
     };
-    if (width === 0) return chunk; // a dense model has no routing
+    out.push(chunk);
+    if (width === 0) return out; // a dense model has no routing
     const shapeError = (what: string, values: Uint16Array, expected: string): EngineError =>
       new EngineError(this.name, `request ${req.request_id}: ${what} has ${values.length} values, expected ${expected} x [${result.moe_layers}, ${result.top_k}]`);
     const narrow = (values: Uint16Array): Routing => (info.num_experts <= 256 ? Uint8Array.from(values) : values);
@@ -291,7 +305,7 @@ export class ZmqEngine implements EngineClient {
     completion.set(result.completion_routing);
     chunk.routing = narrow(completion);
     chunk.routing_recorded = new Uint8Array(ids.length).fill(1, 0, fed);
-    return chunk;
+    return out;
   }
 
   /** Sends go out in call order (wire.ts). */

@@ -137,6 +137,15 @@ describe("NaN and infinite logprobs", () => {
   });
 });
 
+describe("decodeControl reads across MINOR versions", () => {
+  it("past the keys a newer MINOR added, and the nullable ones an older MINOR lacks as null", () => {
+    // A 2.4 client's generate reaches a 2.3 engine with a key that engine does not know, and the reverse.
+    expect(decodeControl(packr.pack({ kind: "abort", request_id: "r", from_a_later_minor: true }))).toEqual({ kind: "abort", request_id: "r" });
+    const older = { kind: "generate", request_id: "r", model: null, policy_version: null, prompt_token_ids: Uint8Array.of(1, 0, 0, 0), temperature: 0, top_p: 1, max_tokens: 1, stop_token_ids: new Uint8Array(0), seed: null, stream: true };
+    expect(decodeControl(packr.pack(older))).toMatchObject({ kind: "generate", stream: true, final_tokens_in_result: null });
+  });
+});
+
 describe("decodeControl refuses", () => {
   it("bytes that are not a msgpack map", () => {
     expect(() => decodeControl(Uint8Array.of(0xc1))).toThrow(ControlMessageError);

@@ -169,8 +169,9 @@ export async function engineRole(decodeMs: number, pacing: StreamPacing, socketP
  * The Python engine's control protocol, served over ZeroMQ (a ROUTER) and over a Unix
  * stream socket (length-prefixed frames, wire.ts): engine_hello gets a dense model's
  * EngineInfo, each generate the reply's ids in TokenChunks of 4 (as the SSE side
- * streams them), then the GenerateResult (with the last chunk's ids alone when the request
- * sets `final_tokens_in_result`, as the Python engine does since schema 2.4); a generate with
+ * streams them), then the GenerateResult (when the request sets `final_tokens_in_result`, the
+ * last chunk's ids in the result alone: this engine's "step" is a chunk of 4 tokens, the Python
+ * engine's one token; schema 2.4); a generate with
  * `stream` false gets the GenerateResult alone, when the last token is sampled. Returns both endpoints (ZeroMQ on tcp
  * loopback, as the HTTP side, so both hops cross the same kind of socket).
  */
@@ -195,7 +196,7 @@ async function controlEngine(
         if (i + 4 >= reply.length) {
           timed.out();
           span.out = wallMs();
-          // As the Python engine (2.4): the last step's tokens go in the result alone when the client asks.
+          // As the Python engine (2.4), with a chunk as this engine's step: its tokens go in the result alone when the client asks.
           if (m.final_tokens_in_result === true) break;
         }
         void send({ kind: "token_chunk", request_id: m.request_id, token_ids: reply.subarray(i, i + 4), logprobs: logprobs.subarray(i, i + 4), policy_version: 0 });
