@@ -37,7 +37,9 @@ function tcpRelay(enginePort: number): Server {
 function httpRelay(enginePort: number): Server {
   const agent = new Agent({ keepAlive: true, maxSockets: 128 });
   const server = createHttpServer((req, res) => {
-    const upstream = request({ host: "127.0.0.1", port: enginePort, method: req.method, path: req.url, headers: req.headers, agent }, (reply) => {
+    // Hop-by-hop headers stay on this hop: a client's `Connection: close` must not close the kept-alive engine connection.
+    const { connection: _connection, "keep-alive": _keepAlive, ...headers } = req.headers;
+    const upstream = request({ host: "127.0.0.1", port: enginePort, method: req.method, path: req.url, headers, agent }, (reply) => {
       res.writeHead(reply.statusCode ?? 502, reply.headers);
       reply.pipe(res);
     });
