@@ -55,7 +55,8 @@ function httpRelay(enginePort: number): Server {
 
 /** The relay's child-process role: reports `{"url": ...}` as its first line, then serves until killed. */
 export async function relayRole(kind: RelayKind, enginePort: number): Promise<void> {
-  if (kind !== "tcp" && kind !== "http") throw new Error(`unknown relay kind ${String(kind)} (tcp or http)`);
+  const kinds = Object.values(RELAY_PATHS);
+  if (!kinds.includes(kind)) throw new Error(`unknown relay kind ${String(kind)} (${kinds.join(" or ")})`);
   const { url } = await startRelay(kind, enginePort);
   console.log(JSON.stringify({ url }));
 }
