@@ -35,7 +35,7 @@ from ..engine import EngineServerConfig
 from ..trainer import CheckpointStore, JobConfig, TrainerPosition
 from ..weights import Weights, WeightSyncError, version_dir_name
 from .engine_server_actor import EngineServerActor
-from .rollout_fleet import DEFAULT_LEGO, fleet_specs, start_rollout_fleet
+from .rollout_fleet import DEFAULT_LEGO, STOPPED_EXIT_CODE, fleet_specs, start_rollout_fleet
 
 WATCH_INTERVAL_S = 2.0
 """Between two looks at the fleet's health: often enough that a failure ends the job within seconds."""
@@ -220,6 +220,9 @@ class RolloutFleet:
 def _worker_report(producer: str, health: dict[str, Any]) -> dict[str, Any]:
     """What the job's summary says about one worker (its own summary has the rest, on its node's stdout)."""
     summary = health.get("summary") or {}
-    return {"producer_id": producer, "node": health["node"], "state": health["state"], "pids": health["pids"],
-            "restarts": health["restarts"], "exit_codes": health["exit_codes"], "groups_shipped": health["groups_shipped"],
-            "rollouts_finished": health["rollouts_finished"], "stopped": summary.get("stopped")}
+    report = {"producer_id": producer, "node": health["node"], "state": health["state"], "pids": health["pids"],
+              "restarts": health["restarts"], "exit_codes": health["exit_codes"], "groups_shipped": health["groups_shipped"],
+              "rollouts_finished": health["rollouts_finished"], "stopped": summary.get("stopped"), "stop_s": health["stop_s"]}
+    if any(code not in (0, STOPPED_EXIT_CODE) for code in health["exit_codes"]):
+        report["stderr_tail"] = health["stderr_tail"][-5:]  # an exit that was not a clean one says why, here
+    return report

@@ -56,6 +56,12 @@ class RolloutWorkerSpec:
 DEFAULT_LEGO = Path(__file__).resolve().parents[3] / "ts" / "bin" / "lego"
 """This checkout's `lego` entry point (the same path on every node of a cluster set up alike)."""
 
+STOPPED_EXIT_CODE = 143
+"""What `lego rollout` exits with once SIGTERM has stopped it cleanly (STOPPED_EXIT_CODE in ts/src/rollout/cli.ts)."""
+
+PIPE_DRAIN_S = 10.0
+"""After the worker exits, how long its last lines (the summary) may take to be read before the exit is reported."""
+
 STDERR_TAIL_LINES = 20
 """Lines of the worker's stderr kept for health(): enough for the error it died of."""
 
@@ -91,12 +97,14 @@ class RolloutWorkerSupervisor:
         self._rollouts_finished = 0
         self._last_line_at: float | None = None
         self._summary: dict[str, Any] | None = None
+        self._stop_s: float | None = None
         self._started_at = time.time()
         self._thread = threading.Thread(target=self._run, name="rollout-supervisor", daemon=True)
         self._thread.start()
 
     def health(self) -> dict[str, Any]:
-        """State (running, restarting, finished, failed, stopped), the child's pid, restarts, exit codes, progress."""
+        """State (running, restarting, finished, failed, stopped), the child's pid, restarts, exit codes, progress;
+        `stop_s`: how long the worker took to exit after stop()'s SIGTERM (its grace included, when it ran out)."""
         with self._lock:
             proc = self._proc
             return {
@@ -112,6 +120,7 @@ class RolloutWorkerSupervisor:
                 "seconds_since_last_line": None if self._last_line_at is None else time.time() - self._last_line_at,
                 "uptime_s": time.time() - self._started_at,
                 "summary": self._summary,
+                "stop_s": self._stop_s,
             }
 
     def wait(self, timeout_s: float) -> dict[str, Any]:
@@ -121,15 +130,18 @@ class RolloutWorkerSupervisor:
 
     def stop(self) -> dict[str, Any]:
         """Stops restarting and the worker: SIGTERM to its process group, SIGKILL after `stop_grace_s`."""
-        self._stop.set()
-        with self._lock:
+        with self._lock:  # under the lock: a worker starting now either sees the stop or is signalled below
+            self._stop.set()
             proc = self._proc
         if proc is not None and proc.poll() is None:
+            signalled = time.monotonic()
             self._signal(proc, signal.SIGTERM)
             try:
                 proc.wait(self._spec.stop_grace_s)
             except subprocess.TimeoutExpired:
                 self._signal(proc, signal.SIGKILL)  # its containers go to the next run's reaper (dead pid)
+            with self._lock:
+                self._stop_s = time.monotonic() - signalled
         self._thread.join(60)
         return self.health()
 
@@ -145,7 +157,8 @@ class RolloutWorkerSupervisor:
         while not self._stop.is_set():
             code = self._run_once()
             with self._lock:
-                self._exits.append(code)
+                if code is not None:
+                    self._exits.append(code)
                 if self._stop.is_set():
                     self._state = "stopped"
                     return
@@ -164,44 +177,61 @@ class RolloutWorkerSupervisor:
                 return
             backoff = min(backoff * 2, self._spec.max_backoff_s)
 
-    def _run_once(self) -> int:
+    def _run_once(self) -> int | None:
+        """The worker's exit status, or None when stop() came first and it was never started."""
         log = None
         if self._spec.log_dir:
             Path(self._spec.log_dir).mkdir(parents=True, exist_ok=True)
-            log = open(Path(self._spec.log_dir) / f"rollout-{self._restarts}.log", "w", encoding="utf-8")  # noqa: SIM115 - closed below
-        try:
-            proc = subprocess.Popen(_command(self._spec), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    stdin=subprocess.DEVNULL, text=True, start_new_session=True)
-        except OSError as error:
-            with self._lock:
-                self._stderr_tail.append(f"cannot start {self._spec.lego}: {error}")
-            if log is not None:
-                log.close()
-            return 127
+            log = open(Path(self._spec.log_dir) / f"rollout-{self._restarts}.log", "w", encoding="utf-8")  # noqa: SIM115 - closed by _read_stderr or below
+        # Started under the lock that stop() takes: a stop between this thread's loop check and the start would
+        # otherwise find no process to signal, and the worker would run on after stop() returned (seen in CI).
         with self._lock:
+            if self._stop.is_set():
+                if log is not None:
+                    log.close()
+                return None
+            try:
+                proc = subprocess.Popen(_command(self._spec), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+            except OSError as error:
+                self._stderr_tail.append(f"cannot start {self._spec.lego}: {error}")
+                if log is not None:
+                    log.close()
+                return 127
             self._proc = proc
             self._pids.append(proc.pid)
             self._state = "running"
-        # stderr on its own thread: a full pipe would block the worker while this one reads stdout.
-        errors = threading.Thread(target=self._read_stderr, args=(proc, log), name="rollout-stderr", daemon=True)
-        errors.start()
+        # Both pipes on threads of their own, and the exit waited for here: a full stderr pipe would block the
+        # worker, and a process the worker left behind holding its stdout must not keep this thread (and stop())
+        # from seeing the exit.
+        readers = [threading.Thread(target=self._read_stdout, args=(proc,), name="rollout-stdout", daemon=True),
+                   threading.Thread(target=self._read_stderr, args=(proc, log), name="rollout-stderr", daemon=True)]
+        for reader in readers:
+            reader.start()
+        code = proc.wait()
+        drained_by = time.monotonic() + PIPE_DRAIN_S
+        for reader in readers:
+            reader.join(max(0.0, drained_by - time.monotonic()))
+        return code
+
+    def _read_stdout(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             self._seen(line)
-        code = proc.wait()
-        errors.join(10)
-        if log is not None:
-            log.close()
-        return code
 
     def _read_stderr(self, proc: subprocess.Popen[str], log: Any) -> None:
+        """Keeps the tail for health() and, with a log_dir, the whole stream; closes the log at the stream's end."""
         assert proc.stderr is not None
-        for line in proc.stderr:
+        try:
+            for line in proc.stderr:
+                if log is not None:
+                    log.write(line)
+                if line.strip():
+                    with self._lock:  # health() copies the tail under the same lock
+                        self._stderr_tail.append(line.rstrip()[:500])
+        finally:
             if log is not None:
-                log.write(line)
-            if line.strip():
-                with self._lock:  # health() copies the tail under the same lock
-                    self._stderr_tail.append(line.rstrip()[:500])
+                log.close()
 
     def _seen(self, line: str) -> None:
         if not line.startswith("{"):

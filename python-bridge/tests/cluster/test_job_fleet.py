@@ -103,6 +103,7 @@ def test_one_job_trains_on_its_own_fleet_and_engines_then_stops_the_fleet_at_max
         "--model", str(model), "--checkpoints", str(tmp_path / "ckpt"), "--receive", "tcp://0.0.0.0:*",
         "--receiver-spool", str(tmp_path / "receiver"), "--max-steps", "2", "--weights-dir", str(tmp_path / "weights"),
         "--log", str(tmp_path / "steps.jsonl"), "--fleet-spool-root", str(tmp_path / "spools"), "--fleet-producer-id", "job",
+        "--fleet-log-dir", str(tmp_path / "worker-logs"),
     ], ["--tasks", str(tasks), "--harness", "reference", "--max-tokens-per-turn", "16", "--max-turns", "2",
         "--group-size", str(G), "--concurrency", str(G), "--max-staleness", "1"], timeout_s=540)
     assert code == 0, err[-3000:]
@@ -111,7 +112,8 @@ def test_one_job_trains_on_its_own_fleet_and_engines_then_stops_the_fleet_at_max
     # The fleet was stopped mid-run, cleanly: SIGTERM ended the worker (143, not a SIGKILL) and its containers went with it.
     [worker] = summary["fleet"]["workers"]
     assert worker["producer_id"] == "job-0" and worker["state"] == "stopped", worker
-    assert worker["exit_codes"] == [143] and worker["restarts"] == 0 and worker["stopped"] is True
+    worker_log = "".join(f.read_text()[-2000:] for f in sorted((tmp_path / "worker-logs").glob("*.log")))
+    assert worker["exit_codes"] == [143] and worker["restarts"] == 0 and worker["stopped"] is True, (worker, worker_log)
     assert worker["pids"] and _containers_of(worker["pids"]) == []
 
     # Both steps trained on what the worker shipped, each trajectory once; each trained group is whole.

@@ -108,3 +108,57 @@ def test_a_worker_that_keeps_failing_is_restarted_with_back_off_then_reported_fa
     assert final["state"] == "failed" and final["restarts"] == 2 and final["exit_codes"] == [1, 1, 1]
     with pytest.raises(ValueError, match="no live Ray node"):
         start_rollout_fleet({"0" * 56: spec})
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"  # a zombie is gone but for its reaping
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_that_comes_while_the_worker_is_being_started_still_stops_it(local_ray: str, tmp_path: Path, monkeypatch) -> None:
+    from lego_rl.cluster import rollout_fleet
+
+    sleeper = tmp_path / "lego"  # stands in for `lego rollout`: runs until stopped
+    sleeper.write_text("#!/bin/sh\nexec sleep 120\n")
+    sleeper.chmod(0o755)
+    real_command = rollout_fleet._command
+
+    def slow_command(spec: RolloutWorkerSpec) -> list[str]:
+        time.sleep(0.5)  # widens the window between the supervisor deciding to start the worker and starting it
+        return real_command(spec)
+
+    monkeypatch.setattr(rollout_fleet, "_command", slow_command)
+    supervisor = rollout_fleet.RolloutWorkerSupervisor(RolloutWorkerSpec(lego=str(sleeper), args=(), max_restarts=0))
+    time.sleep(0.1)  # the supervisor's thread is now inside that window
+    started = time.monotonic()
+    final = supervisor.stop()
+    assert final["state"] == "stopped" and final["exit_codes"] == [-signal.SIGTERM] and final["restarts"] == 0, final
+    assert time.monotonic() - started < 30
+    assert final["pids"] and not any(_alive(pid) for pid in final["pids"])
+
+
+@pytest.mark.timeout(120)
+def test_a_process_the_worker_leaves_holding_its_output_does_not_hold_the_stop(local_ray: str, tmp_path: Path) -> None:
+    from lego_rl.cluster.rollout_fleet import PIPE_DRAIN_S, RolloutWorkerSupervisor
+
+    orphan_pid = tmp_path / "orphan.pid"
+    worker = tmp_path / "lego"  # a worker that leaves a process of its own session holding its stdout and stderr
+    worker.write_text(f"#!/bin/sh\nsetsid sleep 300 &\necho $! > {orphan_pid}\necho '{{\"event\": \"summary\"}}'\nexec sleep 120\n")
+    worker.chmod(0o755)
+    supervisor = RolloutWorkerSupervisor(RolloutWorkerSpec(lego=str(worker), args=(), max_restarts=0))
+    try:
+        deadline = time.monotonic() + 30
+        while supervisor.health()["summary"] is None:
+            assert time.monotonic() < deadline, supervisor.health()
+            time.sleep(0.05)
+        started = time.monotonic()
+        final = supervisor.stop()
+        assert final["state"] == "stopped" and final["exit_codes"] == [-signal.SIGTERM], final
+        assert time.monotonic() - started < PIPE_DRAIN_S + 10
+    finally:
+        if orphan_pid.exists():
+            os.kill(int(orphan_pid.read_text()), signal.SIGKILL)
