@@ -25,6 +25,7 @@ import { RolloutRunner } from "./runner.ts";
 import { ProgressView } from "./progress.ts";
 import { SummaryCollector, formatSummary, jsonLines } from "./summary.ts";
 import { runWorkerLoop } from "./worker.ts";
+import { exitOnceClosed } from "./exit-once-closed.ts";
 
 /** Between sweeps of this run's containers while a stopping worker waits for its attempts in flight. */
 const STOP_SWEEP_MS = 2_000;
@@ -32,6 +33,12 @@ const STOP_SWEEP_MS = 2_000;
 const STOP_DRAIN_MS = 5_000;
 /** Exit status of a worker stopped by a signal before its run finished (128 + SIGTERM, as a shell reports it). */
 export const STOPPED_EXIT_CODE = 143;
+/**
+ * How long a stopped worker's process may stay up after its summary is out. Everything it owns is closed by
+ * then; a handle still open past this (a library's socket or timer) must not hold the exit until its
+ * supervisor's SIGKILL, which reads as a crash (CI saw a fleet worker's clean stop end in SIGKILL).
+ */
+export const STOPPED_EXIT_GRACE_MS = 10_000;
 
 async function singleLauncher(cfg: WorkerConfig, harness: string): Promise<AgentLauncher> {
   if (harness === "oracle") return oracleAgent;
@@ -184,6 +191,7 @@ export const rolloutCommand: LegoCommand = {
         ...(process.stderr.isTTY ? { progress: process.stderr } : {}),
       }, { sshAgent: sandboxHost().sshAgent ?? undefined }, stop.signal);
       if (summary.stopped) process.exitCode = STOPPED_EXIT_CODE;
+      if (stop.signal.aborted) exitOnceClosed(STOPPED_EXIT_GRACE_MS);
     } catch (e) {
       // A bad flag or config file is the operator's to fix: say which, without a stack trace.
       if (!(e instanceof WorkerConfigError || e instanceof PolicyEngineError)) throw e;

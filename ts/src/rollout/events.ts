@@ -9,7 +9,8 @@ import type { HostCapacity } from "./hosts.ts";
 export type RolloutEvent =
   | { kind: "rollout_started"; groupId: string; trajectoryId: string; taskId: string; attempt: number }
   | { kind: "rollout_finished"; groupId: string; trajectoryId: string; taskId: string; harness: string; status: TrajectoryStatus; reward: number | null; wallTimeS: number; envError: string | null; defenseFlags?: string[]; stageMs?: Partial<Record<"setup" | "agent" | "grading", number>> }
-  | { kind: "rollout_retried"; groupId: string; trajectoryId: string; envError: EnvErrorKind; attempt: number }
+  // `error`: the env_error's kind and message, as a finished rollout's `envError` says it (why it is tried again).
+  | { kind: "rollout_retried"; groupId: string; trajectoryId: string; envError: EnvErrorKind; error: string; attempt: number }
   // `trajectories`: records shipped, over-length drops included (they carry no segments); the totals are over those records.
   | { kind: "group_shipped"; groupId: string; taskId: string; trajectories: number; droppedEnvErrors: number; droppedOverLength?: number; tokens?: TokenCounts; toolCalls?: number; toolCallParseFailures?: number; stale?: number; policyVersions?: { min: number; max: number } | null }
   | { kind: "over_length"; groupId: string; trajectoryId: string; tokens: number; limit: number; action: OverLengthAction; reason: string }

@@ -62,6 +62,7 @@ describe("worker faults", () => {
     expect(result).toEqual({ groupsShipped: 4, groupsShippedBefore: 0, trajectoriesShipped: 7, droppedEnvErrors: 1 });
     const retried = seen.filter((e) => e.kind === "rollout_retried");
     expect(retried.map((e) => e.kind === "rollout_retried" && e.envError)).toEqual(["container_died", "container_died"]);
+    for (const e of retried) expect(e.kind === "rollout_retried" && e.error).toMatch(/^container_died: ./);  // says why
     const shipped = seen.filter((e) => e.kind === "group_shipped");
     expect(shipped.find((e) => e.groupId.includes("-g1-"))).toMatchObject({ trajectories: 1, droppedEnvErrors: 1 });
     expect(collector.summary()).toMatchObject({ statuses: { ok: 7, env_error: 1 }, envErrors: { container_died: 3 }, droppedEnvErrors: 1, retries: 2 });

@@ -147,7 +147,7 @@ export async function runWorkerLoop(
       };
       if (outcome.status !== "env_error") break;
       // A stop ends attempts env_error (their containers are removed): not a retry, the rollout just ends.
-      if (attempt < opts.maxAttempts && !stopping()) events.emit({ kind: "rollout_retried", groupId, trajectoryId, envError: outcome.envError!.kind, attempt });
+      if (attempt < opts.maxAttempts && !stopping()) events.emit({ kind: "rollout_retried", groupId, trajectoryId, envError: outcome.envError!.kind, error: errorText(outcome)!, attempt });
     }
     const { outcome, wallTimeS } = finished!;
     events.emit({
