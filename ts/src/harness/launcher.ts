@@ -94,6 +94,10 @@ export function proxiedLauncher(config: ProxiedLauncherConfig): HarnessLauncher 
           config.onRequestEnd?.(rolloutId, e);
         },
       }, { socketPath });
+      const release = async () => {
+        await proxy.close();
+        rmSync(dir, { recursive: true, force: true });
+      };
       const session = proxy.createSession(rolloutId.replace(/[^A-Za-z0-9_.-]/g, "_"));
       let records: SessionRecords | null = null;
       const closeSession = (): SessionRecords => {
@@ -103,12 +107,19 @@ export function proxiedLauncher(config: ProxiedLauncherConfig): HarnessLauncher 
         }
         return records;
       };
-      const program = harness.program(def, {
-        baseUrl: `http://127.0.0.1:${FORWARDER_PORT}/s/${session.id}`,
-        secret: session.secret,
-        model: SERVED_MODEL,
-        contextWindow: (await engine.contextWindow?.()) ?? null,
-      }, limits);
+      let program;
+      try {
+        program = harness.program(def, {
+          baseUrl: `http://127.0.0.1:${FORWARDER_PORT}/s/${session.id}`,
+          secret: session.secret,
+          model: SERVED_MODEL,
+          contextWindow: (await engine.contextWindow?.()) ?? null,
+        }, limits);
+      } catch (e) {
+        // A listening proxy server keeps the process up: one that no caller will finish must go now.
+        await release().catch(() => undefined);
+        throw e;
+      }
       return {
         program: { ...program, recordFiles: [...(program.recordFiles ?? []), harness.record.file] },
         proxySocket: socketPath,
@@ -121,10 +132,10 @@ export function proxiedLauncher(config: ProxiedLauncherConfig): HarnessLauncher 
             const proxy = { turns: r.turns.length, segments: r.segments.length, side_threads: r.side_thread_ids.length };
             return harnessReport(harness.name, harness.record, outcome.agentRun, proxyToolCalls(r, model), proxy);
           } finally {
-            await proxy.close();
-            rmSync(dir, { recursive: true, force: true });
+            await release();
           }
         },
+        abandon: release,
       };
     },
   };

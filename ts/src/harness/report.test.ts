@@ -2,9 +2,12 @@
  * The harness's own record, read back from a container the agent controls:
  * links, FIFOs, folders and oversized files come back as what they are
  * (bounded, never followed, never blocking), garbage and nothing become notes
- * in the HarnessReport, and the rollout's outcome is untouched. The parsers
+ * in the HarnessReport, and the rollout's outcome is untouched; a rollout that
+ * never reaches an outcome still lets its proxy session's server go (in a process
+ * of its own, which must then exit by itself). The parsers
  * are checked on hostile text directly, and the Codex helpers on their edge cases.
  */
+import { spawn } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RolloutRunner } from "../rollout/index.ts";
 import { fixtureImage, IMAGE_BUILD_TIMEOUT_MS, leftoverContainers } from "../sandbox/test-support.ts";
@@ -131,4 +134,60 @@ describe("record files read back from a real container the agent shaped", () => 
       expect(report.notes.join("\n")).toMatch(note);
     }, 120_000);
   }
+
+  // A listening proxy server keeps a `lego rollout` process up after its work is done (counted as Node lists it).
 });
+
+/**
+ * Runs `body` in a Node.js process of its own with a reference-harness launcher (`launcher`, the
+ * answer-at-once engine) and the fix-add task (`def`) in scope; resolves with its exit code, or null
+ * when it was still up after 30 s: a listening proxy server nobody closes keeps a process up.
+ */
+function inOwnProcess(body: string): Promise<{ code: number | null; stderr: string }> {
+  const here = (path: string) => JSON.stringify(new URL(path, import.meta.url).pathname);
+  const script = `
+    import { existsSync } from "node:fs";
+    import { HARNESS_TOOLS, proxiedLauncher, scriptedHarnessEngine } from ${here("./index.ts")};
+    import { fixtureTask } from ${here("../sandbox/test-support.ts")};
+    import { qwen3 } from ${here("../proxy/test-support.ts")};
+    const def = fixtureTask("fix-add");
+    const reference = HARNESS_TOOLS.reference;
+    const launcherOf = (harness) => proxiedLauncher({ harness, engineName: "answer-at-once", model: qwen3(), limits: { maxTurns: 2, timeoutSec: 60 },
+      engine: (model, d) => scriptedHarnessEngine("answer-at-once", model, d, reference.tools) });
+    ${body}`;
+  const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], { stdio: ["ignore", "ignore", "pipe"] });
+  let stderr = "";
+  child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+  return new Promise((resolve) => {
+    const up = setTimeout(() => {
+      child.kill("SIGKILL");
+      resolve({ code: null, stderr });
+    }, 30_000);
+    child.on("exit", (code) => {
+      clearTimeout(up);
+      resolve({ code, stderr });
+    });
+  });
+}
+
+describe("a rollout that never reaches an outcome lets its proxy session's server go", () => {
+  it("abandoned after its run threw: the process is not kept up, and the socket is gone", { timeout: 60_000 }, async () => {
+    const run = await inOwnProcess(`
+      import { spawn } from "node:child_process";
+      const agent = await launcherOf(reference.harness).start({}, def, "abandoned");
+      if (!existsSync(agent.proxySocket)) throw new Error("no proxy socket while the rollout ran");
+      await agent.abandon();
+      if (existsSync(agent.proxySocket)) throw new Error("the proxy socket outlived the rollout");`);
+    expect(run, run.stderr).toEqual({ code: 0, stderr: expect.any(String) });
+  });
+
+  it("a harness whose program cannot be built: start fails and leaves no server keeping the process up", { timeout: 60_000 }, async () => {
+    const run = await inOwnProcess(`
+      const broken = { ...reference.harness, program: () => { throw new Error("no program for this task"); } };
+      await launcherOf(broken).start({}, def, "unbuildable").then(
+        () => { throw new Error("start succeeded"); },
+        (e) => { if (!String(e.message).includes("no program for this task")) throw e; });`);
+    expect(run, run.stderr).toEqual({ code: 0, stderr: expect.any(String) });
+  });
+});
+

@@ -195,7 +195,8 @@ export async function runWorkerLoop(
       });
       return { outcome, session: agent.session?.() ?? NO_SESSION };
     } finally {
-      if (agent.finish && outcome) await agent.finish(outcome);
+      if (outcome) await agent.finish?.(outcome);
+      else await agent.abandon?.().catch(() => undefined); // the run's own error is the one to report
     }
   };
 

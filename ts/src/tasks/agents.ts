@@ -24,6 +24,8 @@ export interface AgentRollout {
   session?: () => SessionRecords;
   /** Called once the rollout ended: close the session, return what the harness reported (turns, tool calls). */
   finish?: (outcome: RolloutOutcome) => Promise<Record<string, unknown> | void>;
+  /** Called instead of `finish` when the run threw before an outcome: frees what `start` took (the proxy session's server). */
+  abandon?: () => Promise<void>;
 }
 
 export interface AgentLauncher {

@@ -102,7 +102,8 @@ export async function runRollout(runner: RolloutRunner, launcher: AgentLauncher,
       ...(agent.agentTimeoutSec !== undefined ? { agentTimeoutSec: agent.agentTimeoutSec } : {}),
     });
   } finally {
-    if (agent.finish && outcome) agentReport = await agent.finish(outcome);
+    if (outcome) agentReport = await agent.finish?.(outcome);
+    else await agent.abandon?.().catch(() => undefined); // the run's own error is the one to report
   }
   return { ...summarize(outcome), ...(agentReport ? { agentReport } : {}) };
 }
