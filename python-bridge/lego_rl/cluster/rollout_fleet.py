@@ -182,7 +182,8 @@ class RolloutWorkerSupervisor:
         log = None
         if self._spec.log_dir:
             Path(self._spec.log_dir).mkdir(parents=True, exist_ok=True)
-            log = open(Path(self._spec.log_dir) / f"rollout-{self._restarts}.log", "w", encoding="utf-8")  # noqa: SIM115 - closed by _read_stderr or below
+            # Line-buffered: a process the worker left holding stderr keeps the reader (and its close) from the end.
+            log = open(Path(self._spec.log_dir) / f"rollout-{self._restarts}.log", "w", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed by _read_stderr or below
         # Started under the lock that stop() takes: a stop between this thread's loop check and the start would
         # otherwise find no process to signal, and the worker would run on after stop() returned (seen in CI).
         with self._lock:
@@ -191,8 +192,9 @@ class RolloutWorkerSupervisor:
                     log.close()
                 return None
             try:
+                # errors="replace": a stray byte that is not UTF-8 must not end a reader thread (and its health lines).
                 proc = subprocess.Popen(_command(self._spec), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+                                        stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
             except OSError as error:
                 self._stderr_tail.append(f"cannot start {self._spec.lego}: {error}")
                 if log is not None:

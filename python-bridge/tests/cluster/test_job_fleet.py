@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pyarrow as pa
@@ -114,6 +115,8 @@ def test_one_job_trains_on_its_own_fleet_and_engines_then_stops_the_fleet_at_max
     assert worker["producer_id"] == "job-0" and worker["state"] == "stopped", worker
     worker_log = "".join(f.read_text()[-2000:] for f in sorted((tmp_path / "worker-logs").glob("*.log")))
     assert worker["exit_codes"] == [143] and worker["restarts"] == 0 and worker["stopped"] is True, (worker, worker_log)
+    if "still held the process" in worker_log:  # exited 143 all the same, 10 s late: a leak to find, not a failed stop
+        warnings.warn(f"the stopped worker was held up after its summary: {worker_log[-600:]}", stacklevel=1)
     assert worker["pids"] and _containers_of(worker["pids"]) == []
 
     # Both steps trained on what the worker shipped, each trajectory once; each trained group is whole.

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -126,14 +127,16 @@ def test_a_stop_that_comes_while_the_worker_is_being_started_still_stops_it(loca
     sleeper.write_text("#!/bin/sh\nexec sleep 120\n")
     sleeper.chmod(0o755)
     real_command = rollout_fleet._command
+    starting = threading.Event()
 
     def slow_command(spec: RolloutWorkerSpec) -> list[str]:
+        starting.set()
         time.sleep(0.5)  # widens the window between the supervisor deciding to start the worker and starting it
         return real_command(spec)
 
     monkeypatch.setattr(rollout_fleet, "_command", slow_command)
     supervisor = rollout_fleet.RolloutWorkerSupervisor(RolloutWorkerSpec(lego=str(sleeper), args=(), max_restarts=0))
-    time.sleep(0.1)  # the supervisor's thread is now inside that window
+    assert starting.wait(30)  # the supervisor's thread is now inside that window
     started = time.monotonic()
     final = supervisor.stop()
     assert final["state"] == "stopped" and final["exit_codes"] == [-signal.SIGTERM] and final["restarts"] == 0, final
@@ -160,5 +163,6 @@ def test_a_process_the_worker_leaves_holding_its_output_does_not_hold_the_stop(l
         assert final["state"] == "stopped" and final["exit_codes"] == [-signal.SIGTERM], final
         assert time.monotonic() - started < PIPE_DRAIN_S + 10
     finally:
+        supervisor.stop()  # a no-op once stopped; otherwise the worker must not outlive a failed assert
         if orphan_pid.exists():
             os.kill(int(orphan_pid.read_text()), signal.SIGKILL)

@@ -109,7 +109,7 @@ describe("worker faults: the harness crashes or hangs", () => {
     expect(hookErrors).toEqual([]);
     expect(signalled.sort()).toEqual(Object.keys(FAULTS).sort());
     expect(result).toEqual({ groupsShipped: 4, groupsShippedBefore: 0, trajectoriesShipped: 8, droppedEnvErrors: 0 });
-    expect(seen.filter((e) => e.kind === "rollout_retried")).toEqual([]);  // an entry names the env_error it was retried for
+    expect(seen.filter((e) => e.kind === "rollout_retried")).toEqual([]);
     const finished = seen.flatMap((e) => (e.kind === "rollout_finished" ? [e] : []));
     expect(finished).toHaveLength(8);
     expect(Object.fromEntries(finished.map((f) => [faultKey(f.trajectoryId), f.status]))).toEqual({
