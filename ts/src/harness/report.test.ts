@@ -134,12 +134,10 @@ describe("record files read back from a real container the agent shaped", () => 
       expect(report.notes.join("\n")).toMatch(note);
     }, 120_000);
   }
-
-  // A listening proxy server keeps a `lego rollout` process up after its work is done (counted as Node lists it).
 });
 
 /**
- * Runs `body` in a Node.js process of its own with a reference-harness launcher (`launcher`, the
+ * Runs `body` in a Node.js process of its own with a reference-harness launcher builder (`launcherOf`, the
  * answer-at-once engine) and the fix-add task (`def`) in scope; resolves with its exit code, or null
  * when it was still up after 30 s: a listening proxy server nobody closes keeps a process up.
  */
@@ -173,7 +171,6 @@ function inOwnProcess(body: string): Promise<{ code: number | null; stderr: stri
 describe("a rollout that never reaches an outcome lets its proxy session's server go", () => {
   it("abandoned after its run threw: the process is not kept up, and the socket is gone", { timeout: 60_000 }, async () => {
     const run = await inOwnProcess(`
-      import { spawn } from "node:child_process";
       const agent = await launcherOf(reference.harness).start({}, def, "abandoned");
       if (!existsSync(agent.proxySocket)) throw new Error("no proxy socket while the rollout ran");
       await agent.abandon();
@@ -190,4 +187,3 @@ describe("a rollout that never reaches an outcome lets its proxy session's serve
     expect(run, run.stderr).toEqual({ code: 0, stderr: expect.any(String) });
   });
 });
-
